@@ -1,0 +1,1 @@
+"""The ``traintrace`` command line: parse arguments, call the layers, print."""

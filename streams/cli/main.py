@@ -1,0 +1,50 @@
+"""Entry point of the ``traintrace`` command.
+
+Each sub-command lives in its own module and is registered lazily, so ``traintrace --help``
+stays fast and a missing optional dependency only breaks the command that needs it.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from streams import __version__
+
+# command name -> (module, attribute)
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "analyze": ("streams.cli.analyze", "analyze"),
+    "broker": ("streams.cli.broker", "broker"),
+    "smoke": ("streams.cli.smoke", "smoke"),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        target = _COMMANDS.get(name)
+        if target is None:
+            return None
+        module = importlib.import_module(target[0])
+        return getattr(module, target[1])
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="traintrace")
+def cli() -> None:
+    """traintrace: the record and the referee for fine-tuning jobs that share state.
+
+    Configuration comes from flags and from the environment: KAFKA_BOOTSTRAP_SERVERS and
+    TRAINTRACE_* variables (each flag's help names its variable).
+    """
+
+
+def main() -> None:
+    cli(prog_name="traintrace")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""The per-job hash chain of SPEC §9 and its canonical encoding.
+
+Canonical bytes of an event: the event type, then every field of SPEC §4 in the fixed order
+below (envelope first: ``job_id, seq, incarnation, ts, prev_hash``, then the type's own fields
+in the order of SPEC §4), each written as UTF-8 text followed by one 0x00 byte — integers in
+decimal, null as the empty string, doubles as Python's shortest round-trip ``repr`` (``nan``,
+``inf``, ``-inf`` for non-finite values). ``hash`` itself is excluded.
+
+``hash = SHA-256(bytes.fromhex(prev_hash) || canonical_bytes)``, lower-case hex; the
+``prev_hash`` of a job's ``JobStarted`` is 32 zero bytes (64 ``0`` characters).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import fields
+from typing import Any
+
+from streams.core.events import Event
+
+GENESIS = "0" * 64
+
+_ORDER_CACHE: dict[type, tuple[str, ...]] = {}
+
+
+def _field_order(cls: type) -> tuple[str, ...]:
+    order = _ORDER_CACHE.get(cls)
+    if order is None:
+        order = tuple(f.name for f in fields(cls) if f.name != "hash")
+        _ORDER_CACHE[cls] = order
+    return order
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def canonical_bytes(event: Event) -> bytes:
+    parts = [type(event).__name__]
+    for name in _field_order(type(event)):
+        parts.append(_text(getattr(event, name)))
+    return "".join(p + "\x00" for p in parts).encode("utf-8")
+
+
+def chain_hash(prev_hash: str | None, event: Event) -> str:
+    prev = bytes.fromhex(prev_hash) if prev_hash else bytes(32)
+    return hashlib.sha256(prev + canonical_bytes(event)).hexdigest()
+
+
+def verify_link(event: Event, expected_prev: str | None) -> str | None:
+    """Return None when ``event`` carries a valid link, else the reason.
+
+    ``expected_prev`` is the job's previous head (``GENESIS`` for ``seq`` 0); None means the
+    previous event carried no hash, so only the event's own hash is checked.
+    """
+    if event.hash is None:
+        return None
+    prev = event.prev_hash
+    if expected_prev is not None and prev != expected_prev:
+        return f"prev_hash {prev!r} does not match the previous head {expected_prev!r}"
+    try:
+        computed = chain_hash(prev, event)
+    except ValueError:
+        return f"prev_hash {prev!r} is not hex"
+    if computed != event.hash:
+        return f"hash {event.hash!r} does not match the computed {computed!r}"
+    return None

@@ -1,0 +1,225 @@
+"""The events a training job emits (SPEC §4), as frozen, typed values.
+
+``parse_event`` turns the canonical dict form (the JSON Lines vectors, the decoded Avro
+record) into one of these; it validates every field and raises :class:`InvalidEvent` naming
+the field. ``event_to_dict`` is its inverse. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any, Union
+
+from streams.core.errors import InvalidEvent
+
+CONSUMPTION_MODES = (
+    "INIT",
+    "MERGE",
+    "DISTILL",
+    "PBT_EXPLOIT",
+    "REFERENCE",
+    "REPLAY",
+    "EVAL_ONLY",
+    "OTHER",
+)
+FINISH_STATUSES = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    job_id: str
+    seq: int
+    incarnation: int
+    ts: int
+    prev_hash: str | None
+    hash: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobStarted(Envelope):
+    cohort_id: str
+    base_model: str
+    base_checkpoint_id: str | None
+    config_hash: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Progress(Envelope):
+    step: int
+    epoch: int
+    loss: float
+    grad_norm: float | None
+    lr: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointWritten(Envelope):
+    checkpoint_id: str
+    step: int
+    epoch: int
+    content_hash: str
+    uri: str
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointConsumed(Envelope):
+    source_checkpoint_id: str
+    step: int
+    mode: str
+
+
+@dataclass(frozen=True, slots=True)
+class DivergenceReported(Envelope):
+    onset_step: int
+    detector: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RolledBack(Envelope):
+    restored_checkpoint_id: str | None
+    resumed_step: int
+    command_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobFinished(Envelope):
+    status: str
+    final_checkpoint_id: str | None
+
+
+Event = Union[
+    JobStarted,
+    Progress,
+    CheckpointWritten,
+    CheckpointConsumed,
+    DivergenceReported,
+    RolledBack,
+    JobFinished,
+]
+
+EVENT_TYPES: dict[str, type] = {
+    cls.__name__: cls
+    for cls in (
+        JobStarted,
+        Progress,
+        CheckpointWritten,
+        CheckpointConsumed,
+        DivergenceReported,
+        RolledBack,
+        JobFinished,
+    )
+}
+
+# field name -> (kind, nullable); kinds: str, int, float, enum tuples
+_ENVELOPE_SPEC: dict[str, tuple[Any, bool]] = {
+    "job_id": ("str", False),
+    "seq": ("int", False),
+    "incarnation": ("int", False),
+    "ts": ("int", False),
+    "prev_hash": ("str", True),
+    "hash": ("str", True),
+}
+_TYPE_SPEC: dict[str, dict[str, tuple[Any, bool]]] = {
+    "JobStarted": {
+        "cohort_id": ("str", False),
+        "base_model": ("str", False),
+        "base_checkpoint_id": ("str", True),
+        "config_hash": ("str", True),
+    },
+    "Progress": {
+        "step": ("int", False),
+        "epoch": ("int", False),
+        "loss": ("float", False),
+        "grad_norm": ("float", True),
+        "lr": ("float", True),
+    },
+    "CheckpointWritten": {
+        "checkpoint_id": ("str", False),
+        "step": ("int", False),
+        "epoch": ("int", False),
+        "content_hash": ("str", False),
+        "uri": ("str", False),
+    },
+    "CheckpointConsumed": {
+        "source_checkpoint_id": ("str", False),
+        "step": ("int", False),
+        "mode": (CONSUMPTION_MODES, False),
+    },
+    "DivergenceReported": {
+        "onset_step": ("int", False),
+        "detector": ("str", False),
+        "reason": ("str", False),
+    },
+    "RolledBack": {
+        "restored_checkpoint_id": ("str", True),
+        "resumed_step": ("int", False),
+        "command_id": ("str", True),
+    },
+    "JobFinished": {
+        "status": (FINISH_STATUSES, False),
+        "final_checkpoint_id": ("str", True),
+    },
+}
+# optional keys: may be absent from the dict (treated as null)
+_OPTIONAL = {"prev_hash", "hash", "config_hash", "grad_norm", "lr", "command_id",
+             "final_checkpoint_id", "base_checkpoint_id", "restored_checkpoint_id"}
+
+
+def _check(name: str, value: Any, kind: Any, nullable: bool) -> Any:
+    if value is None:
+        if nullable:
+            return None
+        raise InvalidEvent(name, "is required and may not be null")
+    if kind == "str":
+        if not isinstance(value, str):
+            raise InvalidEvent(name, f"must be a string, got {type(value).__name__}")
+        if name in ("job_id", "checkpoint_id", "source_checkpoint_id", "cohort_id") and not value:
+            raise InvalidEvent(name, "must not be empty")
+        return value
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidEvent(name, f"must be an integer, got {type(value).__name__}")
+        if name in ("seq", "incarnation") and value < 0:
+            raise InvalidEvent(name, f"must be >= 0, got {value}")
+        return value
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InvalidEvent(name, f"must be a number, got {type(value).__name__}")
+        return float(value)
+    # enum
+    if value not in kind:
+        raise InvalidEvent(name, f"must be one of {', '.join(kind)}, got {value!r}")
+    return value
+
+
+def parse_event(data: Any) -> Event:
+    """Validate the canonical dict form of one event and return the typed event."""
+    if not isinstance(data, dict):
+        raise InvalidEvent("(event)", f"must be an object, got {type(data).__name__}")
+    etype = data.get("type")
+    if etype not in _TYPE_SPEC:
+        raise InvalidEvent("type", f"unknown event type {etype!r}; expected one of {', '.join(_TYPE_SPEC)}")
+    values: dict[str, Any] = {}
+    for spec in (_ENVELOPE_SPEC, _TYPE_SPEC[etype]):
+        for name, (kind, nullable) in spec.items():
+            if name not in data and name not in _OPTIONAL:
+                raise InvalidEvent(name, "is missing")
+            values[name] = _check(name, data.get(name), kind, nullable)
+    return EVENT_TYPES[etype](**values)
+
+
+def event_type(event: Event) -> str:
+    return type(event).__name__
+
+
+def event_to_dict(event: Event) -> dict[str, Any]:
+    d: dict[str, Any] = {"type": type(event).__name__}
+    for f in fields(event):
+        d[f.name] = getattr(event, f.name)
+    return d
+
+
+def is_nonfinite(x: float | None) -> bool:
+    return x is not None and not math.isfinite(x)

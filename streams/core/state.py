@@ -1,0 +1,590 @@
+"""The lineage state and its incremental fold (SPEC §4, §5, §8).
+
+``LineageState.fold(event)`` applies one event and touches only what it affects:
+
+- a job's own record (incarnations, checkpoints, progress, detector) grows by appending;
+- taint is propagated as *sources*: the set of diverged incarnations ``(job_id, incarnation)``
+  whose divergence reaches a checkpoint. Sources only ever grow (the rules are monotone), so a
+  propagation visits each (checkpoint, source) pair at most once in the whole history. It
+  follows two indexes: consumers by source checkpoint (T2) and checkpoints by content hash (T3);
+- every change marks what it may have changed (jobs, divergences, incidents) dirty, so the
+  decision layer (:mod:`streams.core.decide`) recomputes only those.
+
+Verdicts, incident membership and plans are projections of this state: see
+:mod:`streams.core.project`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import statistics
+from array import array
+from bisect import bisect_left
+from collections import deque
+from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
+from typing import Iterable
+
+from streams.core.chain import GENESIS, verify_link
+from streams.core.events import (
+    CheckpointConsumed,
+    CheckpointWritten,
+    DivergenceReported,
+    Event,
+    JobFinished,
+    JobStarted,
+    Progress,
+    RolledBack,
+)
+
+# Guard reasons in the order of SPEC §8 (the first that holds is the job's halt reason).
+HALT_REASONS = (
+    "UNREGISTERED",
+    "LEDGER_GAP",
+    "UNTRACEABLE_SOURCE",
+    "CHAIN_BROKEN",
+    "CONFLICTING_DUPLICATE",
+)
+_HALT_RANK = {r: i for i, r in enumerate(HALT_REASONS)}
+
+INF = math.inf
+
+SourceKey = tuple[str, int]  # a diverged incarnation: (job_id, incarnation)
+IncKey = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Tunables of SPEC §5."""
+
+    window: int = 10
+    spike_factor: float = 3.0
+    taint_margin: int = 0
+
+    def __post_init__(self) -> None:
+        if self.window < 1:
+            raise ValueError("window must be >= 1")
+        if not self.spike_factor > 0:
+            raise ValueError("spike_factor must be > 0")
+        if self.taint_margin < 0:
+            raise ValueError("taint_margin must be >= 0")
+
+
+class Checkpoint:
+    __slots__ = ("id", "job_id", "incarnation", "seq", "step", "ts", "content_hash", "sources")
+
+    def __init__(self, ev: CheckpointWritten) -> None:
+        self.id = ev.checkpoint_id
+        self.job_id = ev.job_id
+        self.incarnation = ev.incarnation
+        self.seq = ev.seq
+        self.step = ev.step
+        self.ts = ev.ts
+        self.content_hash = ev.content_hash
+        self.sources: set[SourceKey] | None = None  # None: clean
+
+    @property
+    def tainted(self) -> bool:
+        return bool(self.sources)
+
+
+class Consumption:
+    """One consumption event: ``kind`` is ``base``, ``restore`` or ``consume``."""
+
+    __slots__ = ("seq", "checkpoint_id", "mode", "kind")
+
+    def __init__(self, seq: int, checkpoint_id: str, mode: str, kind: str) -> None:
+        self.seq = seq
+        self.checkpoint_id = checkpoint_id
+        self.mode = mode
+        self.kind = kind
+
+    @property
+    def taints(self) -> bool:
+        return self.mode != "EVAL_ONLY"
+
+
+class Incarnation:
+    __slots__ = (
+        "job_id",
+        "number",
+        "start_seq",
+        "start_kind",
+        "restored_checkpoint_id",
+        "ckpts",
+        "ckpt_seqs",
+        "ckpt_stepmax",
+        "prog_seqs",
+        "prog_stepmax",
+        "window",
+        "detected_onset",
+        "reported_onset",
+        "consumptions",
+        "src",
+        "min_src_seq",
+        "finished",
+        "last_step",
+        "alias_ckpts",
+    )
+
+    def __init__(self, job_id: str, number: int, start_seq: int, start_kind: str,
+                 restored_checkpoint_id: str | None) -> None:
+        self.job_id = job_id
+        self.number = number
+        self.start_seq = start_seq
+        self.start_kind = start_kind  # "start" (JobStarted), "restore" (RolledBack), "orphan"
+        self.restored_checkpoint_id = restored_checkpoint_id
+        self.ckpts: list[Checkpoint] = []
+        self.ckpt_seqs = array("q")
+        self.ckpt_stepmax = array("q")
+        self.prog_seqs = array("q")
+        self.prog_stepmax = array("q")
+        self.window: deque[float] = deque()
+        self.detected_onset: int | None = None
+        self.reported_onset: int | None = None
+        self.consumptions: dict[int, Consumption] = {}
+        # source -> (consumption seq, first tainted checkpoint seq)
+        self.src: dict[SourceKey, tuple[int, int]] = {}
+        self.min_src_seq: float = INF
+        self.finished = False
+        self.last_step: int | None = None
+        self.alias_ckpts: list[Checkpoint] = []
+
+    @property
+    def key(self) -> IncKey:
+        return (self.job_id, self.number)
+
+    @property
+    def onset(self) -> int | None:
+        a, b = self.detected_onset, self.reported_onset
+        if a is None:
+            return b
+        if b is None:
+            return a
+        return min(a, b)
+
+    def first_progress_seq_at_or_after(self, step: int) -> float:
+        i = bisect_left(self.prog_stepmax, step)
+        return self.prog_seqs[i] if i < len(self.prog_seqs) else INF
+
+    def first_ckpt_index_at_or_after(self, step: int) -> int:
+        return bisect_left(self.ckpt_stepmax, step)
+
+
+class Job:
+    __slots__ = (
+        "job_id",
+        "registered",
+        "cohort_id",
+        "base_model",
+        "base_checkpoint_id",
+        "started_ts",
+        "next_seq",
+        "digests",
+        "rollbacks",
+        "incarnations",
+        "current",
+        "head_hash",
+        "halt_reasons",
+        "last_ts",
+    )
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        self.registered = False
+        self.cohort_id: str | None = None
+        self.base_model: str | None = None
+        self.base_checkpoint_id: str | None = None
+        self.started_ts: int | None = None
+        self.next_seq = 0
+        self.digests = array("q")  # digest of the event at each seq (0: never seen)
+        self.rollbacks = 0
+        self.incarnations: dict[int, Incarnation] = {}
+        self.current: Incarnation | None = None
+        self.head_hash: str | None = None
+        self.halt_reasons: dict[str, str] = {}  # reason -> detail
+        self.last_ts: int | None = None
+
+    @property
+    def halt_reason(self) -> str | None:
+        if not self.halt_reasons:
+            return None
+        return min(self.halt_reasons, key=_HALT_RANK.__getitem__)
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def event_digest(event: Event) -> int:
+    """A stable 63-bit digest of an event's content, to tell identical from conflicting duplicates."""
+    cls = type(event)
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in dataclass_fields(cls))
+    raw = repr((cls.__name__, *(getattr(event, n) for n in names))).encode()
+    return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "little") >> 1 or 1
+
+
+class FoldResult:
+    """What one fold did: whether the event was new, and any guard finding."""
+
+    __slots__ = ("accepted", "duplicate", "guard")
+
+    def __init__(self) -> None:
+        self.accepted = True
+        self.duplicate = False
+        self.guard: list[tuple[str, str]] = []  # (reason, detail)
+
+
+class LineageState:
+    """Everything the fold knows. Mutated only through :meth:`fold` and :meth:`finish_input`."""
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config or Config()
+        self.jobs: dict[str, Job] = {}
+        self.checkpoints: dict[str, Checkpoint] = {}
+        self.consumers: dict[str, list[tuple[Incarnation, Consumption]]] = {}
+        self.by_hash: dict[str, list[Checkpoint]] = {}
+        # unresolved consumptions: checkpoint id -> [(incarnation, consumption, first seen)]
+        self.unresolved: dict[str, list[tuple[Incarnation, Consumption, int | None]]] = {}
+        self.diverged: dict[SourceKey, Incarnation] = {}
+        self.src_holders: dict[SourceKey, set[IncKey]] = {}
+        self.src_ckpts: dict[SourceKey, list[Checkpoint]] = {}
+        self.events_folded = 0
+        self.duplicates_dropped = 0
+        # dirty marks for the decision layer
+        self.dirty_jobs: set[str] = set()
+        self.dirty_divergence = False
+        self.new_tainted: list[Checkpoint] = []
+        self.new_halts: list[tuple[str, str, str]] = []  # (job, reason, detail)
+        self.new_aliases: list[Checkpoint] = []
+
+    # ------------------------------------------------------------------ lookups
+
+    def incarnation(self, key: IncKey) -> Incarnation | None:
+        job = self.jobs.get(key[0])
+        return job.incarnations.get(key[1]) if job else None
+
+    # ------------------------------------------------------------------ guard
+
+    def _halt(self, job: Job, reason: str, detail: str, result: FoldResult | None = None) -> None:
+        if result is not None:
+            result.guard.append((reason, detail))
+        if reason in job.halt_reasons:
+            return
+        job.halt_reasons[reason] = detail
+        self.new_halts.append((job.job_id, reason, detail))
+        self.dirty_jobs.add(job.job_id)
+
+    # ------------------------------------------------------------------ fold
+
+    def fold(self, event: Event, now_ms: int | None = None) -> FoldResult:
+        """Apply one validated event. Identical redeliveries are dropped silently."""
+        result = FoldResult()
+        job = self.jobs.get(event.job_id)
+        if job is None:
+            job = Job(event.job_id)
+            self.jobs[event.job_id] = job
+            if not isinstance(event, JobStarted):
+                self._halt(job, "UNREGISTERED",
+                           f"first event of {event.job_id!r} is {type(event).__name__} seq {event.seq}, "
+                           "no JobStarted", result)
+        seq = event.seq
+        digest = event_digest(event)
+        if seq < job.next_seq:
+            known = job.digests[seq] if seq < len(job.digests) else 0
+            result.accepted = False
+            if known == digest:
+                result.duplicate = True
+                self.duplicates_dropped += 1
+            elif known == 0:
+                self._halt(job, "LEDGER_GAP",
+                           f"seq {seq} arrived after seq {job.next_seq - 1}: out of order", result)
+            else:
+                self._halt(job, "CONFLICTING_DUPLICATE",
+                           f"a different event already holds ({job.job_id!r}, seq {seq})", result)
+            return result
+        if seq > job.next_seq:
+            self._halt(job, "LEDGER_GAP",
+                       f"seq {seq} follows seq {job.next_seq - 1}: {seq - job.next_seq} event(s) missing",
+                       result)
+        # record the digest at its seq (gaps hold 0)
+        d = job.digests
+        while len(d) < seq:
+            d.append(0)
+        d.append(digest)
+        job.next_seq = seq + 1
+        job.last_ts = event.ts
+
+        # hash chain (SPEC §9), only where the event carries one
+        if event.hash is not None:
+            expected = GENESIS if seq == 0 else job.head_hash
+            problem = verify_link(event, expected)
+            if problem:
+                self._halt(job, "CHAIN_BROKEN", f"seq {seq}: {problem}", result)
+        job.head_hash = event.hash
+
+        # incarnation continuity
+        if isinstance(event, RolledBack):
+            job.rollbacks += 1
+        if event.incarnation != job.rollbacks:
+            self._halt(job, "LEDGER_GAP",
+                       f"seq {seq} says incarnation {event.incarnation}, the job has had "
+                       f"{job.rollbacks} rollback(s)", result)
+
+        self.events_folded += 1
+        self.dirty_jobs.add(job.job_id)
+        handler = _HANDLERS[type(event)]
+        handler(self, job, event, now_ms, result)
+        return result
+
+    def _incarnation_for(self, job: Job, event: Event) -> Incarnation:
+        inc = job.incarnations.get(event.incarnation)
+        if inc is None:
+            inc = Incarnation(job.job_id, event.incarnation, event.seq, "orphan", None)
+            job.incarnations[event.incarnation] = inc
+        job.current = inc
+        return inc
+
+    # -- handlers ----------------------------------------------------------
+
+    def _on_started(self, job: Job, ev: JobStarted, now_ms, result) -> None:
+        if job.registered:
+            self._halt(job, "CONFLICTING_DUPLICATE", f"second JobStarted at seq {ev.seq}", result)
+        job.registered = True
+        job.cohort_id = ev.cohort_id
+        job.base_model = ev.base_model
+        job.base_checkpoint_id = ev.base_checkpoint_id
+        job.started_ts = ev.ts
+        inc = job.incarnations.get(ev.incarnation)
+        if inc is None:
+            inc = Incarnation(job.job_id, ev.incarnation, ev.seq, "start", None)
+            job.incarnations[ev.incarnation] = inc
+        job.current = inc
+        if ev.base_checkpoint_id is not None:
+            self._consume(inc, Consumption(ev.seq, ev.base_checkpoint_id, "INIT", "base"), now_ms)
+
+    def _on_progress(self, job: Job, ev: Progress, now_ms, result) -> None:
+        inc = self._incarnation_for(job, ev)
+        prev_max = inc.prog_stepmax[-1] if inc.prog_stepmax else ev.step
+        inc.prog_seqs.append(ev.seq)
+        inc.prog_stepmax.append(max(prev_max, ev.step))
+        inc.last_step = ev.step
+        if inc.onset is not None:
+            # the attribution cut-off (first Progress at or past the onset) may just have appeared
+            self.dirty_divergence = True
+        if inc.detected_onset is not None:
+            return
+        cfg = self.config
+        loss, gn = ev.loss, ev.grad_norm
+        flagged = False
+        if not math.isfinite(loss) or (gn is not None and not math.isfinite(gn)):
+            flagged = True
+        elif len(inc.window) >= cfg.window and loss > cfg.spike_factor * statistics.median(inc.window):
+            flagged = True
+        if flagged:
+            inc.window.clear()
+            self._set_onset(inc, detected=ev.step)
+        else:
+            inc.window.append(loss)
+            if len(inc.window) > cfg.window:
+                inc.window.popleft()
+
+    def _on_written(self, job: Job, ev: CheckpointWritten, now_ms, result) -> None:
+        inc = self._incarnation_for(job, ev)
+        inc.last_step = ev.step if inc.last_step is None else max(inc.last_step, ev.step)
+        existing = self.checkpoints.get(ev.checkpoint_id)
+        if existing is not None:
+            # the earliest write (ts, job_id, seq) counts; the job of the later one is halted
+            mine = (ev.ts, ev.job_id, ev.seq)
+            theirs = (existing.ts, existing.job_id, existing.seq)
+            later_job = self.jobs[ev.job_id] if mine > theirs else self.jobs[existing.job_id]
+            self._halt(later_job, "CONFLICTING_DUPLICATE",
+                       f"checkpoint {ev.checkpoint_id!r} written twice "
+                       f"({existing.job_id} seq {existing.seq}, {ev.job_id} seq {ev.seq})", result)
+            return
+        ck = Checkpoint(ev)
+        self.checkpoints[ck.id] = ck
+        prev_max = inc.ckpt_stepmax[-1] if inc.ckpt_stepmax else ck.step
+        inc.ckpts.append(ck)
+        inc.ckpt_seqs.append(ck.seq)
+        inc.ckpt_stepmax.append(max(prev_max, ck.step))
+        # sources already flowing into this incarnation (T2) and its own divergence (T1)
+        for s, (_cons, first) in inc.src.items():
+            if first <= ck.seq:
+                self._add_source(ck, s)
+        onset = inc.onset
+        if onset is not None and ck.step >= onset - self.config.taint_margin:
+            self._add_source(ck, inc.key)
+        # T3: earlier tainted copies of the same content written by other jobs
+        same = self.by_hash.setdefault(ck.content_hash, [])
+        for other in same:
+            if other.job_id != ck.job_id and other.ts < ck.ts and other.sources:
+                for s in list(other.sources):
+                    self._alias(ck, s)
+        same.append(ck)
+        # consumers that named this checkpoint before it was written
+        waiting = self.unresolved.pop(ck.id, None)
+        if waiting:
+            for (cinc, _c, _t) in waiting:
+                self.dirty_jobs.add(cinc.job_id)
+            self.dirty_divergence = True
+
+    def _on_consumed(self, job: Job, ev: CheckpointConsumed, now_ms, result) -> None:
+        inc = self._incarnation_for(job, ev)
+        inc.last_step = ev.step if inc.last_step is None else max(inc.last_step, ev.step)
+        self._consume(inc, Consumption(ev.seq, ev.source_checkpoint_id, ev.mode, "consume"), now_ms)
+
+    def _on_diverged(self, job: Job, ev: DivergenceReported, now_ms, result) -> None:
+        inc = self._incarnation_for(job, ev)
+        if inc.reported_onset is None or ev.onset_step < inc.reported_onset:
+            self._set_onset(inc, reported=ev.onset_step)
+
+    def _on_rolled_back(self, job: Job, ev: RolledBack, now_ms, result) -> None:
+        inc = job.incarnations.get(ev.incarnation)
+        if inc is None:
+            inc = Incarnation(job.job_id, ev.incarnation, ev.seq, "restore", ev.restored_checkpoint_id)
+            job.incarnations[ev.incarnation] = inc
+        job.current = inc
+        target = ev.restored_checkpoint_id
+        if target is None:
+            target = job.base_checkpoint_id
+            kind = "base"
+        else:
+            kind = "restore"
+        if target is not None:
+            self._consume(inc, Consumption(ev.seq, target, "INIT", kind), now_ms)
+
+    def _on_finished(self, job: Job, ev: JobFinished, now_ms, result) -> None:
+        inc = self._incarnation_for(job, ev)
+        inc.finished = True
+
+    # -- taint propagation -------------------------------------------------------
+
+    def _consume(self, inc: Incarnation, c: Consumption, now_ms: int | None) -> None:
+        inc.consumptions[c.seq] = c
+        self.consumers.setdefault(c.checkpoint_id, []).append((inc, c))
+        src_ck = self.checkpoints.get(c.checkpoint_id)
+        if src_ck is None:
+            self.unresolved.setdefault(c.checkpoint_id, []).append((inc, c, now_ms))
+            self.dirty_divergence = True
+            return
+        if c.taints and src_ck.sources:
+            for s in list(src_ck.sources):
+                self._inflow(inc, s, c.seq, c.seq + 1)
+
+    def _set_onset(self, inc: Incarnation, *, detected: int | None = None,
+                   reported: int | None = None) -> None:
+        before = inc.onset
+        if detected is not None:
+            inc.detected_onset = detected
+        if reported is not None:
+            inc.reported_onset = reported
+        onset = inc.onset
+        if onset == before:
+            return
+        self.diverged[inc.key] = inc
+        self.dirty_divergence = True
+        self.dirty_jobs.add(inc.job_id)
+        threshold = onset - self.config.taint_margin
+        start = inc.first_ckpt_index_at_or_after(threshold)
+        for ck in inc.ckpts[start:]:
+            if ck.step >= threshold:
+                self._add_source(ck, inc.key)
+
+    def _add_source(self, ck: Checkpoint, s: SourceKey) -> None:
+        """Checkpoint ``ck`` is reached by diverged incarnation ``s``; propagate (T2, T3)."""
+        stack = [(ck, s)]
+        while stack:
+            ck, s = stack.pop()
+            if ck.sources is None:
+                ck.sources = {s}
+                self.new_tainted.append(ck)
+            elif s in ck.sources:
+                continue
+            else:
+                ck.sources.add(s)
+            self.src_ckpts.setdefault(s, []).append(ck)
+            self.dirty_jobs.add(ck.job_id)
+            for inc, c in self.consumers.get(ck.id, ()):
+                if c.taints:
+                    stack.extend(self._inflow(inc, s, c.seq, c.seq + 1, defer=True))
+            for other in self.by_hash.get(ck.content_hash, ()):
+                if other.job_id != ck.job_id and other.ts > ck.ts:
+                    stack.extend(self._alias(other, s, defer=True))
+
+    def _alias(self, ck: Checkpoint, s: SourceKey, defer: bool = False):
+        inc = self.incarnation((ck.job_id, ck.incarnation))
+        if ck not in inc.alias_ckpts:
+            inc.alias_ckpts.append(ck)
+            self.new_aliases.append(ck)
+        return self._inflow(inc, s, ck.seq, ck.seq, defer=defer)
+
+    def _inflow(self, inc: Incarnation, s: SourceKey, cons_seq: int, first_seq: int,
+                defer: bool = False):
+        """Source ``s`` enters ``inc`` by a consumption at ``cons_seq``; taints checkpoints from
+        ``first_seq`` on. Returns (or applies) the checkpoint taints it implies."""
+        old = inc.src.get(s)
+        if old is not None and old[0] <= cons_seq:
+            return ()
+        inc.src[s] = (cons_seq, first_seq)
+        if cons_seq < inc.min_src_seq:
+            inc.min_src_seq = cons_seq
+        self.src_holders.setdefault(s, set()).add(inc.key)
+        self.dirty_jobs.add(inc.job_id)
+        if inc.key in self.diverged or len(self.jobs[inc.job_id].incarnations) > 1:
+            self.dirty_divergence = True
+        lo = bisect_left(inc.ckpt_seqs, first_seq)
+        hi = bisect_left(inc.ckpt_seqs, old[1]) if old is not None else len(inc.ckpts)
+        pending = [(ck, s) for ck in inc.ckpts[lo:hi]]
+        if defer:
+            return pending
+        for ck, src in pending:
+            self._add_source(ck, src)
+        return ()
+
+    # ------------------------------------------------------------------ guard timers
+
+    def expire_unresolved(self, now_ms: int | None = None, grace_ms: int = 0) -> None:
+        """Halt the jobs whose consumption names a checkpoint nobody wrote (SPEC §8).
+
+        Offline, call with ``now_ms=None`` at the end of the input: every unresolved source
+        halts. Live, call periodically with the processor's clock and the grace period.
+        """
+        for ckpt_id, waiting in self.unresolved.items():
+            for inc, c, seen in waiting:
+                if now_ms is None or seen is None or now_ms - seen >= grace_ms:
+                    job = self.jobs[inc.job_id]
+                    self._halt(job, "UNTRACEABLE_SOURCE",
+                               f"seq {c.seq} consumed {ckpt_id!r}, which no CheckpointWritten recorded")
+
+    # ------------------------------------------------------------------ dirty marks
+
+    def take_dirty(self) -> tuple[set[str], bool, list[Checkpoint], list[tuple[str, str, str]], list[Checkpoint]]:
+        out = (self.dirty_jobs, self.dirty_divergence, self.new_tainted, self.new_halts, self.new_aliases)
+        self.dirty_jobs = set()
+        self.dirty_divergence = False
+        self.new_tainted = []
+        self.new_halts = []
+        self.new_aliases = []
+        return out
+
+
+_HANDLERS = {
+    JobStarted: LineageState._on_started,
+    Progress: LineageState._on_progress,
+    CheckpointWritten: LineageState._on_written,
+    CheckpointConsumed: LineageState._on_consumed,
+    DivergenceReported: LineageState._on_diverged,
+    RolledBack: LineageState._on_rolled_back,
+    JobFinished: LineageState._on_finished,
+}
+
+
+def fold_all(events: Iterable[Event], config: Config | None = None) -> LineageState:
+    state = LineageState(config)
+    for ev in events:
+        state.fold(ev)
+    state.expire_unresolved()
+    return state
