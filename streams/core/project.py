@@ -92,10 +92,22 @@ def attribution(state: LineageState, inc: Incarnation) -> tuple[str, frozenset[S
     return (INDETERMINATE if unresolved else INTERNAL), frozenset()
 
 
+RawVerdict = tuple[int, str, frozenset]  # (onset_step, verdict before resolution, attributed)
+
+
+def raw_verdict(state: LineageState, inc: Incarnation) -> RawVerdict:
+    assert inc.onset is not None
+    return (inc.onset, *attribution(state, inc))
+
+
 def resolve(state: LineageState) -> dict[SourceKey, Verdict]:
     """Verdicts of every divergence, with the root incidents each resolves to (least fixpoint)."""
-    raw = {k: (inc.onset, *attribution(state, inc)) for k, inc in state.diverged.items()
-           if inc.onset is not None}
+    raw = {k: raw_verdict(state, inc) for k, inc in state.diverged.items() if inc.onset is not None}
+    return resolve_raw(raw)
+
+
+def resolve_raw(raw: dict[SourceKey, RawVerdict]) -> dict[SourceKey, Verdict]:
+    """Resolve attributed sources to root incidents over the (small) graph of divergences."""
     verdict = {k: v[1] for k, v in raw.items()}
     while True:
         roots: dict[SourceKey, set[str]] = {

@@ -188,6 +188,7 @@ class Job:
         "head_hash",
         "halt_reasons",
         "last_ts",
+        "diverged",
     )
 
     def __init__(self, job_id: str) -> None:
@@ -205,6 +206,7 @@ class Job:
         self.head_hash: str | None = None
         self.halt_reasons: dict[str, str] = {}  # reason -> detail
         self.last_ts: int | None = None
+        self.diverged: set[int] = set()  # incarnation numbers that diverged
 
     @property
     def halt_reason(self) -> str | None:
@@ -255,7 +257,8 @@ class LineageState:
         self.duplicates_dropped = 0
         # dirty marks for the decision layer
         self.dirty_jobs: set[str] = set()
-        self.dirty_divergence = False
+        self.dirty_divs: set[SourceKey] = set()
+        self.dirty_sources: set[SourceKey] = set()
         self.new_tainted: list[Checkpoint] = []
         self.new_halts: list[tuple[str, str, str]] = []  # (job, reason, detail)
         self.new_aliases: list[Checkpoint] = []
@@ -371,9 +374,10 @@ class LineageState:
         inc.prog_seqs.append(ev.seq)
         inc.prog_stepmax.append(max(prev_max, ev.step))
         inc.last_step = ev.step
-        if inc.onset is not None:
-            # the attribution cut-off (first Progress at or past the onset) may just have appeared
-            self.dirty_divergence = True
+        onset = inc.onset
+        if onset is not None and ev.step >= onset and prev_max < onset:
+            # the attribution cut-off (first Progress at or past the onset) just appeared
+            self.dirty_divs.add(inc.key)
         if inc.detected_onset is not None:
             return
         cfg = self.config
@@ -429,7 +433,7 @@ class LineageState:
         if waiting:
             for (cinc, _c, _t) in waiting:
                 self.dirty_jobs.add(cinc.job_id)
-            self.dirty_divergence = True
+                self._touch_divergences(cinc.job_id)
 
     def _on_consumed(self, job: Job, ev: CheckpointConsumed, now_ms, result) -> None:
         inc = self._incarnation_for(job, ev)
@@ -468,7 +472,7 @@ class LineageState:
         src_ck = self.checkpoints.get(c.checkpoint_id)
         if src_ck is None:
             self.unresolved.setdefault(c.checkpoint_id, []).append((inc, c, now_ms))
-            self.dirty_divergence = True
+            self._touch_divergences(inc.job_id)
             return
         if c.taints and src_ck.sources:
             for s in list(src_ck.sources):
@@ -485,7 +489,8 @@ class LineageState:
         if onset == before:
             return
         self.diverged[inc.key] = inc
-        self.dirty_divergence = True
+        self.jobs[inc.job_id].diverged.add(inc.number)
+        self.dirty_divs.add(inc.key)
         self.dirty_jobs.add(inc.job_id)
         threshold = onset - self.config.taint_margin
         start = inc.first_ckpt_index_at_or_after(threshold)
@@ -506,6 +511,7 @@ class LineageState:
             else:
                 ck.sources.add(s)
             self.src_ckpts.setdefault(s, []).append(ck)
+            self.dirty_sources.add(s)
             self.dirty_jobs.add(ck.job_id)
             for inc, c in self.consumers.get(ck.id, ()):
                 if c.taints:
@@ -532,9 +538,9 @@ class LineageState:
         if cons_seq < inc.min_src_seq:
             inc.min_src_seq = cons_seq
         self.src_holders.setdefault(s, set()).add(inc.key)
+        self.dirty_sources.add(s)
         self.dirty_jobs.add(inc.job_id)
-        if inc.key in self.diverged or len(self.jobs[inc.job_id].incarnations) > 1:
-            self.dirty_divergence = True
+        self._touch_divergences(inc.job_id)
         lo = bisect_left(inc.ckpt_seqs, first_seq)
         hi = bisect_left(inc.ckpt_seqs, old[1]) if old is not None else len(inc.ckpts)
         pending = [(ck, s) for ck in inc.ckpts[lo:hi]]
@@ -543,6 +549,12 @@ class LineageState:
         for ck, src in pending:
             self._add_source(ck, src)
         return ()
+
+    def _touch_divergences(self, job_id: str) -> None:
+        """A job's consumptions changed: the attribution of its divergences may change."""
+        job = self.jobs[job_id]
+        for n in job.diverged:
+            self.dirty_divs.add((job_id, n))
 
     # ------------------------------------------------------------------ guard timers
 
@@ -561,14 +573,28 @@ class LineageState:
 
     # ------------------------------------------------------------------ dirty marks
 
-    def take_dirty(self) -> tuple[set[str], bool, list[Checkpoint], list[tuple[str, str, str]], list[Checkpoint]]:
-        out = (self.dirty_jobs, self.dirty_divergence, self.new_tainted, self.new_halts, self.new_aliases)
+    def take_dirty(self) -> "Dirty":
+        out = Dirty(self.dirty_jobs, self.dirty_divs, self.dirty_sources, self.new_tainted,
+                    self.new_halts, self.new_aliases)
         self.dirty_jobs = set()
-        self.dirty_divergence = False
+        self.dirty_divs = set()
+        self.dirty_sources = set()
         self.new_tainted = []
         self.new_halts = []
         self.new_aliases = []
         return out
+
+
+@dataclass(slots=True)
+class Dirty:
+    """What changed since the last decision round."""
+
+    jobs: set[str]
+    divs: set[SourceKey]
+    sources: set[SourceKey]
+    tainted: list[Checkpoint]
+    halts: list[tuple[str, str, str]]
+    aliases: list[Checkpoint]
 
 
 _HANDLERS = {

@@ -1,0 +1,275 @@
+"""Decisions: what changed after events were folded (the agent publishes these).
+
+:class:`Lineage` is the one entry point the live agents, ``analyze``, ``audit`` and the demo
+use: ``apply(event)`` folds one event and returns the decisions it caused; ``apply_many``
+folds a batch and decides once (same final state, fewer intermediate decisions).
+
+Only what the fold marked dirty is recomputed: attribution of the divergences whose evidence
+changed, the plans of the jobs touched, the views of the incidents touched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from streams.core.events import Event
+from streams.core.ids import hash_parts
+from streams.core.project import (
+    unrecorded_sharing,
+    EXTERNAL,
+    RawVerdict,
+    Verdict,
+    aliased_checkpoint,
+    halts,
+    incident_views,
+    plan_for,
+    raw_verdict,
+    resolve_raw,
+)
+from streams.core.state import Config, FoldResult, LineageState, SourceKey
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointTainted:
+    checkpoint_id: str
+    job_id: str
+    incarnation: int
+
+
+@dataclass(frozen=True, slots=True)
+class PlanChanged:
+    """A job's effective plan changed. ``plan`` None: its current ancestry is clean now."""
+
+    job_id: str
+    plan: dict[str, Any] | None
+    supersedes: str | None  # command_id of the plan it replaces
+
+
+@dataclass(frozen=True, slots=True)
+class HaltIssued:
+    job_id: str
+    cohort_id: str | None
+    reason: str
+    detail: str
+    command_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class IncidentChanged:
+    """An incident's view changed. ``change``: OPENED, WIDENED, UPDATED, REATTRIBUTED, SUPERSEDED.
+
+    ``view`` is the new view; for REATTRIBUTED (the root became a symptom of another incident)
+    and SUPERSEDED (the onset moved, so the incident id changed) it is the last view, with
+    ``merged_into`` naming where its scope went.
+    """
+
+    incident_id: str
+    change: str
+    view: dict[str, Any]
+    merged_into: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AlertRaised:
+    kind: str
+    job_id: str | None
+    cohort_id: str | None
+    message: str
+    checkpoint_id: str | None = None
+    incident_id: str | None = None
+    details: dict[str, str] = field(default_factory=dict)
+
+
+Decision = CheckpointTainted | PlanChanged | HaltIssued | IncidentChanged | AlertRaised
+
+
+def halt_command_id(job_id: str, reason: str) -> str:
+    return hash_parts(("HALT", job_id, reason))
+
+
+class Lineage:
+    """The core's application object: state + cached projections + decision diffing."""
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.state = LineageState(config)
+        self._raw: dict[SourceKey, RawVerdict] = {}
+        self.verdicts: dict[SourceKey, Verdict] = {}
+        self.plans: dict[str, dict[str, Any]] = {}
+        self.incidents: dict[str, dict[str, Any]] = {}
+        self._halted: set[str] = set()
+        self._alerted: set[tuple[str, str]] = set()
+
+    @property
+    def config(self) -> Config:
+        return self.state.config
+
+    # -------------------------------------------------------------- folding
+
+    def fold(self, event: Event, now_ms: int | None = None) -> FoldResult:
+        """Fold without deciding (call :meth:`decide` later)."""
+        return self.state.fold(event, now_ms)
+
+    def apply(self, event: Event, now_ms: int | None = None) -> list[Decision]:
+        self.state.fold(event, now_ms)
+        return self.decide()
+
+    def apply_many(self, events: Iterable[Event], now_ms: int | None = None) -> list[Decision]:
+        for ev in events:
+            self.state.fold(ev, now_ms)
+        return self.decide()
+
+    def finish_input(self) -> list[Decision]:
+        """End of an offline log: every still-unresolved source halts its consumer (SPEC §8)."""
+        self.state.expire_unresolved(None)
+        return self.decide()
+
+    def tick(self, now_ms: int, grace_ms: int) -> list[Decision]:
+        """Live: unresolved sources older than the grace period halt their consumers."""
+        self.state.expire_unresolved(now_ms, grace_ms)
+        return self.decide()
+
+    # -------------------------------------------------------------- deciding
+
+    def decide(self) -> list[Decision]:
+        st = self.state
+        dirty = st.take_dirty()
+        out: list[Decision] = [CheckpointTainted(ck.id, ck.job_id, ck.incarnation) for ck in dirty.tainted]
+
+        # verdicts: recompute attribution of the divergences whose evidence changed
+        raw_changed = False
+        for k in dirty.divs:
+            inc = st.diverged.get(k)
+            if inc is None or inc.onset is None:
+                continue
+            rv = raw_verdict(st, inc)
+            if self._raw.get(k) != rv:
+                self._raw[k] = rv
+                raw_changed = True
+        changed_divs: set[SourceKey] = set()
+        old_verdicts = self.verdicts
+        if raw_changed:
+            new_verdicts = resolve_raw(self._raw)
+            for k in new_verdicts.keys() | old_verdicts.keys():
+                if new_verdicts.get(k) != old_verdicts.get(k):
+                    changed_divs.add(k)
+            self.verdicts = new_verdicts
+        verdicts = self.verdicts
+
+        # plans of the jobs touched
+        jobs = set(dirty.jobs)
+        for k in changed_divs:
+            jobs.add(k[0])
+            for holder in st.src_holders.get(k, ()):
+                jobs.add(holder[0])
+        dirty_incidents: set[str] = set()
+        for job_id in sorted(jobs):
+            job = st.jobs.get(job_id)
+            new = plan_for(st, job, verdicts) if job is not None else None
+            old = self.plans.get(job_id)
+            if new == old:
+                continue
+            if new is None:
+                del self.plans[job_id]
+            else:
+                self.plans[job_id] = new
+                dirty_incidents.update(new["incident_ids"])
+            if old is not None:
+                dirty_incidents.update(old["incident_ids"])
+            out.append(PlanChanged(job_id, new, old["command_id"] if old else None))
+
+        # incidents touched
+        for s in dirty.sources | changed_divs:
+            for vs in (verdicts.get(s), old_verdicts.get(s)):
+                if vs is not None:
+                    dirty_incidents.update(vs.incident_ids)
+                    if vs.verdict != EXTERNAL:
+                        dirty_incidents.add(vs.own_incident_id)
+        if dirty_incidents:
+            views = incident_views(st, verdicts, self.plans, only=dirty_incidents)
+            for x in sorted(dirty_incidents):
+                old_view = self.incidents.get(x)
+                new_view = views.get(x)
+                if new_view == old_view:
+                    continue
+                if new_view is None:
+                    del self.incidents[x]
+                    out.append(self._closed(x, old_view))
+                    continue
+                self.incidents[x] = new_view
+                if old_view is None:
+                    change = "OPENED"
+                elif (len(new_view["contaminated"]) > len(old_view["contaminated"])
+                      or len(new_view["tainted_checkpoints"]) > len(old_view["tainted_checkpoints"])):
+                    change = "WIDENED"
+                else:
+                    change = "UPDATED"
+                out.append(IncidentChanged(x, change, new_view))
+
+        # guard
+        for job_id, reason, detail in dirty.halts:
+            if job_id in self._halted:
+                continue
+            self._halted.add(job_id)
+            job = st.jobs[job_id]
+            out.append(HaltIssued(job_id, job.cohort_id, reason, detail, halt_command_id(job_id, reason)))
+            out.append(AlertRaised("HALT", job_id, job.cohort_id, f"{job_id} halted: {reason}: {detail}",
+                                   details={"reason": reason}))
+
+        # T3 aliases without a recorded consumption
+        for ck in dirty.aliases:
+            if (ck.job_id, ck.id) in self._alerted:
+                continue
+            inc = st.incarnation((ck.job_id, ck.incarnation))
+            recorded = any(
+                c.seq < ck.seq and (src := st.checkpoints.get(c.checkpoint_id)) is not None
+                and src.content_hash == ck.content_hash
+                for c in inc.consumptions.values()
+            )
+            if recorded:
+                continue
+            self._alerted.add((ck.job_id, ck.id))
+            aliased = aliased_checkpoint(st, ck)
+            job = st.jobs[ck.job_id]
+            out.append(AlertRaised(
+                "UNRECORDED_SHARING", ck.job_id, job.cohort_id,
+                f"{ck.id} has the content of {aliased.id if aliased else 'a tainted checkpoint'} "
+                "but the job recorded no consumption of it",
+                checkpoint_id=ck.id,
+                details={"aliased_checkpoint_id": aliased.id if aliased else ""},
+            ))
+        return out
+
+    def _closed(self, x: str, old_view: dict[str, Any]) -> IncidentChanged:
+        root = old_view["root"]
+        key = (root["job_id"], root["incarnation"])
+        v = self.verdicts.get(key)
+        if v is not None and v.verdict == EXTERNAL:
+            return IncidentChanged(x, "REATTRIBUTED", {**old_view, "verdict": EXTERNAL,
+                                                       "attributed_to": sorted(v.incident_ids)},
+                                   tuple(sorted(v.incident_ids)))
+        merged = (v.own_incident_id,) if v is not None else ()
+        return IncidentChanged(x, "SUPERSEDED", old_view, merged)
+
+    # -------------------------------------------------------------- views
+
+    def final_state(self) -> dict[str, Any]:
+        """SPEC §11 output from the cached projections (equal to ``project.final_state``)."""
+        self.decide()
+        incidents = []
+        for x in sorted(self.incidents):
+            v = self.incidents[x]
+            incidents.append({
+                "incident_id": x,
+                "root": v["root"],
+                "verdict": v["verdict"],
+                "contaminated": v["contaminated"],
+                "secondary_divergences": v["secondary_divergences"],
+            })
+        return {
+            "incidents": incidents,
+            "plans": [self.plans[j] for j in sorted(self.plans)],
+            "halts": halts(self.state),
+            "tainted_checkpoints": sorted(ck.id for ck in self.state.checkpoints.values() if ck.sources),
+            "alerts": unrecorded_sharing(self.state),
+        }
