@@ -1,0 +1,1 @@
+"""Kafka-facing helpers: the local broker (``streams.adapters.broker``) and, later, clients."""

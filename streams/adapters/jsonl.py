@@ -1,0 +1,64 @@
+"""Reading events from JSON Lines files (the test-vector format of SPEC §11).
+
+Each line is parsed and validated; a bad line becomes a :class:`LineError` that names the
+file, the line number and the field, so the CLI can print it or skip it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Iterator
+
+from streams.core.errors import InvalidEvent
+from streams.core.events import Event, parse_event
+
+
+@dataclass(frozen=True)
+class LineError:
+    path: str
+    line: int
+    field: str | None
+    reason: str
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}"
+        if self.field:
+            return f"{where}: field {self.field!r} {self.reason}"
+        return f"{where}: {self.reason}"
+
+
+class JsonlError(Exception):
+    def __init__(self, error: LineError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def open_text(path: str) -> IO[str]:
+    if path == "-":
+        return sys.stdin
+    return open(Path(path), "r", encoding="utf-8")
+
+
+def read_events(path: str, handle: IO[str] | None = None) -> Iterator[Event | LineError]:
+    """Yield each line's event, or a LineError for a line that is not a valid event."""
+    name = "<stdin>" if path == "-" else path
+    fh = handle if handle is not None else open_text(path)
+    try:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as exc:
+                yield LineError(name, lineno, None, f"not valid JSON: {exc.msg} at column {exc.colno}")
+                continue
+            try:
+                yield parse_event(data)
+            except InvalidEvent as exc:
+                yield LineError(name, lineno, exc.field, exc.reason)
+    finally:
+        if handle is None and fh is not sys.stdin:
+            fh.close()

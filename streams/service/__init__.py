@@ -1,0 +1,1 @@
+"""Service layer: load, call the core, return results. No printing, no argument parsing."""
