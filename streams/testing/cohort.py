@@ -1,0 +1,147 @@
+"""A generator of large, plausible cohorts of concurrent fine-tuning jobs (synthetic events).
+
+Used by the benchmarks and the property tests. Deterministic for a given seed. Jobs are
+grouped in cohorts that share state the way population-based training does: jobs start from
+peers' checkpoints, copy a better peer in exploit steps (sometimes without recording it: same
+content hash), merge or distil from peers, evaluate peers (``EVAL_ONLY``); some diverge
+(NaN loss, loss spike, or a reported divergence) and some of those are rolled back to their
+last checkpoint before the onset; most finish.
+
+Events are dicts in the JSON Lines form of SPEC §11, in an order that keeps each job's own
+order and interleaves the jobs of a cohort step by step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from typing import Any, Iterator
+
+MODES = ("PBT_EXPLOIT", "MERGE", "DISTILL", "REFERENCE", "EVAL_ONLY")
+
+
+class _Job:
+    __slots__ = ("id", "seq", "inc", "step", "ckpts", "loss", "diverge_at", "diverged", "rolled",
+                 "last_ckpt_before_onset", "done")
+
+    def __init__(self, job_id: str) -> None:
+        self.id = job_id
+        self.seq = 0
+        self.inc = 0
+        self.step = 0
+        self.ckpts: list[tuple[str, int, str]] = []  # (id, step, content_hash)
+        self.loss = 2.0
+        self.diverge_at: int | None = None
+        self.diverged = False
+        self.rolled = False
+        self.last_ckpt_before_onset: tuple[str, int, str] | None = None
+        self.done = False
+
+
+def _h(*parts: object) -> str:
+    return hashlib.sha256("\x00".join(map(str, parts)).encode()).hexdigest()
+
+
+def generate_cohorts(
+    jobs: int = 100,
+    cohort_size: int = 10,
+    steps: int = 600,
+    seed: int = 0,
+    prefix: str = "j",
+    divergence_rate: float = 0.05,
+    exploit_every: int = 100,
+    ckpt_every: int = 50,
+    progress_every: int = 10,
+    exploit_prob: float = 0.5,
+    alias_prob: float = 0.02,
+    t0: int = 1_760_000_000_000,
+) -> Iterator[dict[str, Any]]:
+    """Yield the events of ``jobs`` jobs in cohorts of ``cohort_size``, ``steps`` steps each.
+
+    About ``steps/progress_every + steps/ckpt_every + 4`` events per job.
+    """
+    rng = random.Random(seed)
+    ts = t0
+    n_cohorts = max(1, (jobs + cohort_size - 1) // cohort_size)
+    made = 0
+    for c in range(n_cohorts):
+        cohort_id = f"{prefix}c{c:05d}"
+        size = min(cohort_size, jobs - made)
+        if size <= 0:
+            break
+        made += size
+        members = [_Job(f"{prefix}{c:05d}-{k:03d}") for k in range(size)]
+        for job in members:
+            if rng.random() < divergence_rate:
+                job.diverge_at = rng.randrange(2, steps // progress_every) * progress_every
+
+        def env(job: _Job, etype: str, **fields: Any) -> dict[str, Any]:
+            nonlocal ts
+            ts += 1
+            ev = {"type": etype, "job_id": job.id, "seq": job.seq, "incarnation": job.inc, "ts": ts}
+            ev.update(fields)
+            job.seq += 1
+            return ev
+
+        for job in members:
+            yield env(job, "JobStarted", cohort_id=cohort_id, base_model="base-7b",
+                      base_checkpoint_id=None, config_hash=None)
+        for step in range(progress_every, steps + 1, progress_every):
+            for job in members:
+                if job.done:
+                    continue
+                job.step = step
+                # training progress; a diverging job goes NaN or spikes at its onset
+                if job.diverge_at is not None and not job.diverged and step >= job.diverge_at:
+                    job.diverged = True
+                    kind = rng.random()
+                    if kind < 0.4:
+                        loss = float("nan")
+                    elif kind < 0.8:
+                        loss = job.loss * 50
+                    else:
+                        loss = job.loss
+                        yield env(job, "Progress", step=step, epoch=step // 100, loss=loss,
+                                  grad_norm=1.0, lr=1e-4)
+                        yield env(job, "DivergenceReported", onset_step=step, detector="grad-monitor",
+                                  reason="gradient norm explosion")
+                        loss = None
+                    if loss is not None:
+                        yield env(job, "Progress", step=step, epoch=step // 100, loss=loss,
+                                  grad_norm=1.0, lr=1e-4)
+                    # rolled back a little later, to its last checkpoint before the onset
+                    if job.ckpts and rng.random() < 0.7:
+                        target = job.last_ckpt_before_onset or job.ckpts[-1]
+                        job.inc += 1
+                        job.rolled = True
+                        job.loss = 1.5
+                        yield env(job, "RolledBack", restored_checkpoint_id=target[0],
+                                  resumed_step=target[1], command_id=None)
+                    continue
+                job.loss = max(0.05, job.loss * (0.995 + 0.004 * rng.random()))
+                yield env(job, "Progress", step=step, epoch=step // 100, loss=round(job.loss, 6),
+                          grad_norm=round(0.5 + rng.random(), 4), lr=1e-4)
+                if step % ckpt_every == 0:
+                    cid = f"{job.id}-{step}-i{job.inc}"
+                    content = _h(cid)
+                    # an unrecorded copy: the exploit wrote a peer's weights as its own
+                    if size > 1 and rng.random() < alias_prob:
+                        peer = members[rng.randrange(size)]
+                        if peer is not job and peer.ckpts:
+                            content = peer.ckpts[-1][2]
+                    job.ckpts.append((cid, step, content))
+                    if not job.diverged:
+                        job.last_ckpt_before_onset = (cid, step, content)
+                    yield env(job, "CheckpointWritten", checkpoint_id=cid, step=step, epoch=step // 100,
+                              content_hash=content, uri=f"s3://ckpts/{cid}")
+                if step % exploit_every == 0 and size > 1 and rng.random() < exploit_prob:
+                    peer = members[rng.randrange(size)]
+                    if peer is not job and peer.ckpts:
+                        mode = MODES[rng.randrange(len(MODES))]
+                        yield env(job, "CheckpointConsumed", source_checkpoint_id=peer.ckpts[-1][0],
+                                  step=step, mode=mode)
+        for job in members:
+            if rng.random() < 0.8:
+                final = job.ckpts[-1][0] if job.ckpts else None
+                yield env(job, "JobFinished", status="SUCCEEDED", final_checkpoint_id=final)
+                job.done = True
