@@ -594,8 +594,9 @@ def wait_until_ready(
     deadline = started + timeout
     admin = None
     quiet = logging.getLogger("streams.adapters.broker.librdkafka")
-    quiet.propagate = False
-    quiet.addHandler(logging.NullHandler())
+    quiet.propagate = False  # librdkafka's "connection refused" noise while the JVM boots
+    if not quiet.handlers:
+        quiet.addHandler(logging.NullHandler())
     last_error = "no answer"
     while True:
         if alive is not None and not alive():

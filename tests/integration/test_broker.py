@@ -1,0 +1,130 @@
+"""The local Kafka broker for real: metadata, produce/consume, and LocalBroker's lifecycle."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
+
+from streams.adapters.broker import LocalBroker, PortInUse, find_running_broker, read_record
+
+
+def test_fixture_broker_answers_metadata(kafka_bootstrap: str) -> None:
+    md = AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10)
+    assert md.brokers, "the broker returned no broker in its metadata"
+    assert md.cluster_id
+
+
+def test_produce_and_consume_on_a_fresh_topic(kafka_bootstrap: str, topic_factory, group_id: str) -> None:
+    topic = topic_factory(partitions=3)
+    producer = Producer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "partitioner": "murmur2_random",
+            "enable.idempotence": True,
+        }
+    )
+    sent = {f"key-{i}".encode(): f"value-{i}".encode() for i in range(10)}
+    errors: list[object] = []
+    for key, value in sent.items():
+        producer.produce(topic, key=key, value=value, on_delivery=lambda err, msg: err and errors.append(err))
+    assert producer.flush(30) == 0
+    assert not errors
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "group.id": group_id,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    received: dict[bytes, bytes] = {}
+    partitions_by_key: dict[bytes, int] = {}
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while len(received) < len(sent) and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            received[msg.key()] = msg.value()
+            partitions_by_key[msg.key()] = msg.partition()
+    finally:
+        consumer.close()
+    assert received == sent
+    # murmur2 (the Java client's partitioner) is deterministic per key
+    producer2 = Producer({"bootstrap.servers": kafka_bootstrap, "partitioner": "murmur2_random"})
+    again: dict[bytes, int] = {}
+    for key in sent:
+        producer2.produce(topic, key=key, value=b"x", on_delivery=lambda err, msg: again.__setitem__(msg.key(), msg.partition()))
+    assert producer2.flush(30) == 0
+    assert again == partitions_by_key
+
+
+def test_topic_factory_applies_config(kafka_admin, topic_factory) -> None:
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    topic = topic_factory(partitions=2, config={"cleanup.policy": "compact"}, prefix="compacted")
+    assert topic.startswith("compacted-")
+    res = ConfigResource(ResourceType.TOPIC, topic)
+    configs = kafka_admin.describe_configs([res])[res].result(timeout=30)
+    assert configs["cleanup.policy"].value == "compact"
+    assert len(kafka_admin.list_topics(topic=topic, timeout=10).topics[topic].partitions) == 2
+
+
+def test_group_ids_are_fresh(group_id: str, group_factory) -> None:
+    assert group_id.startswith("g-")
+    assert len({group_id, group_factory(), group_factory("other")}) == 3
+
+
+def test_local_broker_lifecycle(tmp_path: Path) -> None:
+    """A second broker, on its own data dir and ports: start, status, restart, stop, PortInUse."""
+    data_dir = tmp_path / "second-broker"
+    broker = LocalBroker(data_dir, die_with_parent=True)
+    try:
+        bootstrap = broker.start(timeout=90)
+        st = broker.status()
+        assert st["running"] is True
+        assert st["bootstrap"] == bootstrap
+        assert bootstrap.startswith("127.0.0.1:")
+        assert st["data_dir"] == str(data_dir.resolve())
+        assert st["pid"] and st["version"]
+        found = find_running_broker(data_dir)
+        assert found is not None and found.status()["pid"] == st["pid"]
+        # starting again while it runs is a no-op that reports the same address
+        assert broker.start() == bootstrap
+        assert AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).brokers
+
+        # its client port is taken now: another broker asking for it gets PortInUse
+        with pytest.raises(PortInUse) as info:
+            LocalBroker(tmp_path / "third", port=st["port"]).start(timeout=30)
+        assert info.value.port == st["port"]
+        assert not (tmp_path / "third" / "kraft").exists()
+
+        assert broker.stop() is True
+        st2 = broker.status()
+        assert st2["running"] is False and st2["pid"] is None and st2["bootstrap"] is None
+        assert read_record(data_dir)["pid"] is None
+        assert broker.stop() is False  # idempotent
+
+        # a restart reuses the formatted storage (same cluster id) and the same free port
+        assert broker.start(timeout=90) == bootstrap
+        assert broker.status()["cluster_id"] == st["cluster_id"]
+    finally:
+        broker.stop()
+    assert not broker.is_running()
+
+
+def test_start_on_a_taken_port_raises_port_in_use(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(PortInUse, match=str(port)):
+            LocalBroker(tmp_path / "b", port=port).start(timeout=10)
