@@ -1,0 +1,118 @@
+"""confluent-kafka helpers: client configuration, topics, bootstrap discovery.
+
+Producers use ``partitioner=murmur2_random`` so a key lands on the same partition as with
+Faust/aiokafka (Java's default partitioner), plus idempotence and ``acks=all``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+
+# librdkafka's own log lines (e.g. the harmless "Coordinator load in progress: retrying" of a
+# fresh broker) go to this logger instead of stderr; TRAINTRACE_KAFKA_DEBUG=1 shows them.
+client_logger = logging.getLogger("traintrace.kafka")
+if not os.environ.get("TRAINTRACE_KAFKA_DEBUG"):
+    client_logger.propagate = False
+    client_logger.addHandler(logging.NullHandler())
+
+
+class KafkaAdapterError(Exception):
+    """A Kafka operation of traintrace failed; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class TopicNames:
+    """The topics of SPEC §3; every name is configurable (``TRAINTRACE_TOPIC_<NAME>``)."""
+
+    events: str = "lineage.events"
+    control: str = "lineage.control"
+    alerts: str = "lineage.alerts"
+    manifests: str = "lineage.manifests"
+    commitments: str = "lineage.commitments"
+    dlq: str = "lineage.dlq"
+
+    @classmethod
+    def from_env(cls) -> "TopicNames":
+        base = cls()
+        return cls(**{
+            name: os.environ.get(f"TRAINTRACE_TOPIC_{name.upper()}", getattr(base, name))
+            for name in ("events", "control", "alerts", "manifests", "commitments", "dlq")
+        })
+
+
+def producer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "partitioner": "murmur2_random",
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        "compression.type": "lz4",
+        "logger": client_logger,
+    }
+    conf.update(overrides)
+    return conf
+
+
+def consumer_config(bootstrap: str, group_id: str, **overrides: Any) -> dict[str, Any]:
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group_id,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "isolation.level": "read_committed",
+        "logger": client_logger,
+    }
+    conf.update(overrides)
+    return conf
+
+
+def ensure_topics(bootstrap: str, topics: Iterable[tuple[str, int, dict[str, str] | None]],
+                  timeout: float = 30.0) -> None:
+    """Create the topics that do not exist yet: (name, partitions, config)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        existing = set(admin.list_topics(timeout=timeout).topics)
+    except KafkaException as exc:
+        raise KafkaAdapterError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
+    new = [NewTopic(name, num_partitions=parts, replication_factor=1, config=config or {})
+           for name, parts, config in topics if name not in existing]
+    if not new:
+        return
+    for name, fut in admin.create_topics(new, operation_timeout=timeout).items():
+        try:
+            fut.result()
+        except KafkaException as exc:
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise KafkaAdapterError(f"cannot create topic {name}: {exc}") from exc
+    deadline = time.monotonic() + timeout
+    wanted = {t.topic for t in new}
+    while time.monotonic() < deadline:
+        md = admin.list_topics(timeout=timeout).topics
+        if all(n in md and md[n].partitions and all(p.leader >= 0 for p in md[n].partitions.values())
+               for n in wanted):
+            return
+        time.sleep(0.1)
+    raise KafkaAdapterError(f"topics {sorted(wanted)} did not get leaders within {timeout}s")
+
+
+def standard_topics(names: TopicNames, partitions: int = 8) -> list[tuple[str, int, dict[str, str] | None]]:
+    compact = {"cleanup.policy": "compact"}
+    small = max(1, partitions // 2)
+    return [
+        (names.events, partitions, None),
+        (names.control, partitions, None),
+        (names.alerts, small, None),
+        (names.manifests, small, compact),
+        (names.commitments, small, compact),
+        (names.dlq, small, None),
+    ]

@@ -1,0 +1,47 @@
+"""Options and helpers shared by the commands that talk to Kafka."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rich.console import Console
+
+from streams.adapters.kafka import BOOTSTRAP_ENV
+
+err_console = Console(stderr=True)
+
+
+def bootstrap_option(f):
+    return click.option(
+        "--bootstrap", envvar=BOOTSTRAP_ENV, default=None, metavar="HOST:PORT",
+        help=f"Kafka bootstrap servers. [env {BOOTSTRAP_ENV}; default: the local broker, "
+             "started if needed]")(f)
+
+
+def fail(message: str, code: int = 2) -> None:
+    err_console.print(f"[red]error:[/red] {message}", highlight=False)
+    sys.exit(code)
+
+
+def resolve_bootstrap(bootstrap: str | None, start: bool = True) -> tuple[str, bool]:
+    """The bootstrap to use: the given one, or the local broker (started when ``start``).
+
+    Returns (bootstrap, started_now).
+    """
+    if bootstrap:
+        return bootstrap, False
+    from streams.adapters.broker import BrokerError, LocalBroker, default_data_dir
+
+    broker = LocalBroker(default_data_dir())
+    status = broker.status()
+    if status.get("running"):
+        return status["bootstrap"], False
+    if not start:
+        fail(f"no Kafka broker: set {BOOTSTRAP_ENV} or run `traintrace broker start`")
+    try:
+        with err_console.status("starting the local Kafka broker (first run resolves the jars)"):
+            return broker.start(), True
+    except BrokerError as exc:
+        fail(str(exc))
+    raise AssertionError("unreachable")
