@@ -97,6 +97,9 @@ class Lineage:
         self.verdicts: dict[SourceKey, Verdict] = {}
         self.plans: dict[str, dict[str, Any]] = {}
         self.incidents: dict[str, dict[str, Any]] = {}
+        self._dependents: dict[SourceKey, set[SourceKey]] = {}  # s -> divergences attributed to s
+        self._members: dict[str, set[SourceKey]] = {}  # incident -> divergences resolving to it
+        self._plans_by_incident: dict[str, set[str]] = {}
         self._halted: set[str] = set()
         self._alerted: set[tuple[str, str]] = set()
 
@@ -137,22 +140,36 @@ class Lineage:
         out: list[Decision] = [CheckpointTainted(ck.id, ck.job_id, ck.incarnation) for ck in dirty.tainted]
 
         # verdicts: recompute attribution of the divergences whose evidence changed
-        raw_changed = False
+        raw_changed: set[SourceKey] = set()
         for k in dirty.divs:
             inc = st.diverged.get(k)
             if inc is None or inc.onset is None:
                 continue
             rv = raw_verdict(st, inc)
-            if self._raw.get(k) != rv:
+            old_rv = self._raw.get(k)
+            if old_rv != rv:
+                if old_rv is not None:
+                    for s in old_rv[2]:
+                        self._dependents.get(s, set()).discard(k)
+                for s in rv[2]:
+                    self._dependents.setdefault(s, set()).add(k)
                 self._raw[k] = rv
-                raw_changed = True
+                raw_changed.add(k)
         changed_divs: set[SourceKey] = set()
         old_verdicts = self.verdicts
         if raw_changed:
-            new_verdicts = resolve_raw(self._raw)
+            new_verdicts = resolve_raw(self._raw, old_verdicts, raw_changed, self._dependents)
             for k in new_verdicts.keys() | old_verdicts.keys():
-                if new_verdicts.get(k) != old_verdicts.get(k):
-                    changed_divs.add(k)
+                old_v, new_v = old_verdicts.get(k), new_verdicts.get(k)
+                if new_v == old_v:
+                    continue
+                changed_divs.add(k)
+                if old_v is not None:
+                    for x in old_v.incident_ids:
+                        self._members.get(x, set()).discard(k)
+                if new_v is not None:
+                    for x in new_v.incident_ids:
+                        self._members.setdefault(x, set()).add(k)
             self.verdicts = new_verdicts
         verdicts = self.verdicts
 
@@ -169,13 +186,17 @@ class Lineage:
             old = self.plans.get(job_id)
             if new == old:
                 continue
+            if old is not None:
+                dirty_incidents.update(old["incident_ids"])
+                for x in old["incident_ids"]:
+                    self._plans_by_incident.get(x, set()).discard(job_id)
             if new is None:
                 del self.plans[job_id]
             else:
                 self.plans[job_id] = new
                 dirty_incidents.update(new["incident_ids"])
-            if old is not None:
-                dirty_incidents.update(old["incident_ids"])
+                for x in new["incident_ids"]:
+                    self._plans_by_incident.setdefault(x, set()).add(job_id)
             out.append(PlanChanged(job_id, new, old["command_id"] if old else None))
 
         # incidents touched
@@ -186,7 +207,8 @@ class Lineage:
                     if vs.verdict != EXTERNAL:
                         dirty_incidents.add(vs.own_incident_id)
         if dirty_incidents:
-            views = incident_views(st, verdicts, self.plans, only=dirty_incidents)
+            views = incident_views(st, verdicts, self.plans, only=dirty_incidents,
+                                   members_index=self._members, plans_index=self._plans_by_incident)
             for x in sorted(dirty_incidents):
                 old_view = self.incidents.get(x)
                 new_view = views.get(x)

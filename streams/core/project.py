@@ -24,10 +24,7 @@ class Verdict:
     verdict: str
     attributed: frozenset[SourceKey]  # diverged incarnations whose taint it consumed pre-onset
     incident_ids: frozenset[str]  # its own incident, or the incidents it is attributed to
-
-    @property
-    def own_incident_id(self) -> str:
-        return incident_id(self.key[0], self.key[1], self.onset_step)
+    own_incident_id: str  # the id it has (or would have) as a root: hash of key and onset
 
 
 def ancestry(state: LineageState, inc: Incarnation) -> list[tuple[Incarnation, float]]:
@@ -106,37 +103,61 @@ def resolve(state: LineageState) -> dict[SourceKey, Verdict]:
     return resolve_raw(raw)
 
 
-def resolve_raw(raw: dict[SourceKey, RawVerdict]) -> dict[SourceKey, Verdict]:
-    """Resolve attributed sources to root incidents over the (small) graph of divergences."""
-    verdict = {k: v[1] for k, v in raw.items()}
+def resolve_raw(raw: dict[SourceKey, RawVerdict],
+                previous: dict[SourceKey, Verdict] | None = None,
+                changed: set[SourceKey] | None = None,
+                dependents: dict[SourceKey, set[SourceKey]] | None = None) -> dict[SourceKey, Verdict]:
+    """Resolve attributed sources to root incidents over the (small) graph of divergences.
+
+    With ``previous``, ``changed`` and ``dependents`` (s -> divergences attributed to s), only
+    the changed divergences and those depending on them, transitively, are recomputed.
+    """
+    if previous is not None and changed is not None and dependents is not None:
+        affected: set[SourceKey] = set()
+        stack = [k for k in changed]
+        while stack:
+            k = stack.pop()
+            if k in affected:
+                continue
+            affected.add(k)
+            stack.extend(dependents.get(k, ()))
+        fixed = {k: v for k, v in previous.items() if k not in affected and k in raw}
+    else:
+        affected = set(raw)
+        fixed = {}
+    sub = {k: raw[k] for k in affected if k in raw}
+    verdict = {k: v[1] for k, v in sub.items()}
     while True:
         roots: dict[SourceKey, set[str]] = {
-            k: ({incident_id(k[0], k[1], raw[k][0])} if verdict[k] != EXTERNAL else set()) for k in raw
+            k: ({incident_id(k[0], k[1], sub[k][0])} if verdict[k] != EXTERNAL else set()) for k in sub
         }
-        changed = True
-        while changed:
-            changed = False
-            for k, (_onset, _v, attributed) in raw.items():
+        changed_any = True
+        while changed_any:
+            changed_any = False
+            for k, (_onset, _v, attributed) in sub.items():
                 if verdict[k] != EXTERNAL:
                     continue
                 acc = roots[k]
                 before = len(acc)
                 for s in attributed:
-                    acc |= roots.get(s, set())
+                    if s in roots:
+                        acc |= roots[s]
+                    elif s in fixed:
+                        acc |= fixed[s].incident_ids
                 if len(acc) != before:
-                    changed = True
+                    changed_any = True
         # an EXTERNAL divergence whose attribution reaches no root (a pure cycle of symptoms)
         # has no outside cause to blame: it stands as a root of its own.
-        orphans = [k for k in raw if verdict[k] == EXTERNAL and not roots[k]]
+        orphans = [k for k in sub if verdict[k] == EXTERNAL and not roots[k]]
         if not orphans:
             break
         for k in orphans:
             verdict[k] = INTERNAL
-    return {
-        k: Verdict(k, raw[k][0], verdict[k], raw[k][2] if verdict[k] == EXTERNAL else frozenset(),
-                   frozenset(roots[k]))
-        for k in raw
-    }
+    out = dict(fixed)
+    for k in sub:
+        out[k] = Verdict(k, sub[k][0], verdict[k], sub[k][2] if verdict[k] == EXTERNAL else frozenset(),
+                         frozenset(roots[k]), incident_id(k[0], k[1], sub[k][0]))
+    return out
 
 
 def _incident_ids_of(s: SourceKey, verdicts: dict[SourceKey, Verdict]) -> frozenset[str]:
@@ -238,22 +259,41 @@ def _via(state: LineageState, inc: Incarnation, seq: int) -> Checkpoint | str | 
     return None
 
 
-def incident_views(state: LineageState, verdicts: dict[SourceKey, Verdict],
-                   plans: dict[str, dict[str, Any]] | None = None,
-                   only: set[str] | None = None) -> dict[str, dict[str, Any]]:
-    """One view per root incident (INTERNAL or INDETERMINATE divergence)."""
-    by_incident: dict[str, list[SourceKey]] = {}
+def incident_members(verdicts: dict[SourceKey, Verdict]) -> dict[str, set[SourceKey]]:
+    """incident id -> the divergences that resolve to it (its root and its secondaries)."""
+    members: dict[str, set[SourceKey]] = {}
     for k, v in verdicts.items():
         for x in v.incident_ids:
-            by_incident.setdefault(x, []).append(k)
+            members.setdefault(x, set()).add(k)
+    return members
+
+
+def incident_views(state: LineageState, verdicts: dict[SourceKey, Verdict],
+                   plans: dict[str, dict[str, Any]] | None = None,
+                   only: set[str] | None = None,
+                   members_index: dict[str, set[SourceKey]] | None = None,
+                   plans_index: dict[str, set[str]] | None = None) -> dict[str, dict[str, Any]]:
+    """One view per root incident (INTERNAL or INDETERMINATE divergence).
+
+    ``only`` limits the work to those incidents when the caller keeps ``members_index``
+    (see :func:`incident_members`) and ``plans_index`` (incident id -> job ids with a plan
+    naming it) up to date.
+    """
+    by_incident = members_index if members_index is not None else incident_members(verdicts)
+    if only is not None and members_index is not None:
+        roots = []
+        for x in only:
+            for k in by_incident.get(x, ()):
+                v = verdicts[k]
+                if v.verdict != EXTERNAL and v.own_incident_id == x:
+                    roots.append((k, v))
+    else:
+        roots = [(k, v) for k, v in verdicts.items() if v.verdict != EXTERNAL
+                 and (only is None or v.own_incident_id in only)]
     views: dict[str, dict[str, Any]] = {}
-    for k, v in verdicts.items():
-        if v.verdict == EXTERNAL:
-            continue
+    for k, v in roots:
         x = v.own_incident_id
-        if only is not None and x not in only:
-            continue
-        members = by_incident.get(x, [])
+        members = by_incident.get(x, ())
         # contaminated incarnations: first consumption of a checkpoint tainted by x
         first: dict[tuple[str, int], int] = {}
         for s in members:
@@ -307,8 +347,11 @@ def incident_views(state: LineageState, verdicts: dict[SourceKey, Verdict],
             "tainted_checkpoints": tainted,
         }
         if plans is not None:
-            view["plans"] = sorted((p for p in plans.values() if x in p["incident_ids"]),
-                                   key=lambda p: p["job_id"])
+            if plans_index is not None:
+                chosen = [plans[j] for j in plans_index.get(x, ()) if j in plans]
+            else:
+                chosen = [p for p in plans.values() if x in p["incident_ids"]]
+            view["plans"] = sorted(chosen, key=lambda p: p["job_id"])
         views[x] = view
     return views
 
