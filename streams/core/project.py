@@ -248,14 +248,22 @@ def aliased_checkpoint(state: LineageState, ck: Checkpoint) -> Checkpoint | None
     return best
 
 
-def _via(state: LineageState, inc: Incarnation, seq: int) -> Checkpoint | str | None:
+def _via(state: LineageState, inc: Incarnation, seq: int, sources: set[SourceKey]) -> str | None:
+    """The checkpoint behind the consumption at ``seq``: the one named, or for a T3 alias the
+    earliest (ts, id) earlier copy of another job that carries one of ``sources``."""
     c = inc.consumptions.get(seq)
     if c is not None:
         return c.checkpoint_id
     i = bisect_left(inc.ckpt_seqs, seq)
     if i < len(inc.ckpts) and inc.ckpts[i].seq == seq:
-        aliased = aliased_checkpoint(state, inc.ckpts[i])
-        return aliased.id if aliased is not None else None
+        ck = inc.ckpts[i]
+        best = None
+        for other in state.by_hash.get(ck.content_hash, ()):
+            if (other.job_id != ck.job_id and other.ts < ck.ts and other.sources
+                    and not sources.isdisjoint(other.sources)):
+                if best is None or (other.ts, other.id) < (best.ts, best.id):
+                    best = other
+        return best.id if best is not None else None
     return None
 
 
@@ -306,8 +314,9 @@ def incident_views(state: LineageState, verdicts: dict[SourceKey, Verdict],
                     first[holder] = cs
         contaminated = []
         via_of: dict[tuple[str, int], str | None] = {}
+        member_set = set(members)
         for holder, cs in first.items():
-            via_of[holder] = _via(state, state.incarnation(holder), cs)
+            via_of[holder] = _via(state, state.incarnation(holder), cs, member_set)
         paths: dict[tuple[str, int], list[str]] = {k: [k[0]]}
 
         def path(h: tuple[str, int], depth: int = 0) -> list[str]:

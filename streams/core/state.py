@@ -401,13 +401,13 @@ class LineageState:
         existing = self.checkpoints.get(ev.checkpoint_id)
         if existing is not None:
             # the earliest write (ts, job_id, seq) counts; the job of the later one is halted
-            mine = (ev.ts, ev.job_id, ev.seq)
-            theirs = (existing.ts, existing.job_id, existing.seq)
-            later_job = self.jobs[ev.job_id] if mine > theirs else self.jobs[existing.job_id]
-            self._halt(later_job, "CONFLICTING_DUPLICATE",
-                       f"checkpoint {ev.checkpoint_id!r} written twice "
-                       f"({existing.job_id} seq {existing.seq}, {ev.job_id} seq {ev.seq})", result)
-            return
+            detail = (f"checkpoint {ev.checkpoint_id!r} written twice "
+                      f"({existing.job_id} seq {existing.seq}, {ev.job_id} seq {ev.seq})")
+            if (ev.ts, ev.job_id, ev.seq) > (existing.ts, existing.job_id, existing.seq):
+                self._halt(job, "CONFLICTING_DUPLICATE", detail, result)
+                return
+            self._halt(self.jobs[existing.job_id], "CONFLICTING_DUPLICATE", detail, result)
+            self._displace(existing)
         ck = Checkpoint(ev)
         self.checkpoints[ck.id] = ck
         prev_max = inc.ckpt_stepmax[-1] if inc.ckpt_stepmax else ck.step
@@ -434,6 +434,35 @@ class LineageState:
             for (cinc, _c, _t) in waiting:
                 self.dirty_jobs.add(cinc.job_id)
                 self._touch_divergences(cinc.job_id)
+
+    def _displace(self, ck: Checkpoint) -> None:
+        """An earlier write of the same checkpoint id arrived late: ``ck`` stops being a
+        checkpoint. Exact when ``ck`` was clean (nothing flowed from it); when it was already
+        tainted, the taint it passed on stays (the safe side: more rollback, never less)."""
+        del self.checkpoints[ck.id]
+        inc = self.incarnation((ck.job_id, ck.incarnation))
+        if inc is not None and ck in inc.ckpts:
+            kept = [c for c in inc.ckpts if c is not ck]
+            inc.ckpts = kept
+            inc.ckpt_seqs = array("q", (c.seq for c in kept))
+            inc.ckpt_stepmax = array("q")
+            top = None
+            for c in kept:
+                top = c.step if top is None else max(top, c.step)
+                inc.ckpt_stepmax.append(top)
+            if ck in inc.alias_ckpts:
+                inc.alias_ckpts.remove(ck)
+        same = self.by_hash.get(ck.content_hash)
+        if same and ck in same:
+            same.remove(ck)
+        for s in ck.sources or ():
+            lst = self.src_ckpts.get(s)
+            if lst and ck in lst:
+                lst.remove(ck)
+        if ck in self.new_tainted:
+            self.new_tainted.remove(ck)
+        self.dirty_jobs.add(ck.job_id)
+        self._touch_divergences(ck.job_id)
 
     def _on_consumed(self, job: Job, ev: CheckpointConsumed, now_ms, result) -> None:
         inc = self._incarnation_for(job, ev)
