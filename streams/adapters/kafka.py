@@ -113,6 +113,6 @@ def standard_topics(names: TopicNames, partitions: int = 8) -> list[tuple[str, i
         (names.control, partitions, None),
         (names.alerts, small, None),
         (names.manifests, small, compact),
-        (names.commitments, small, compact),
+        (names.commitments, small, None),  # every commitment is kept for audits
         (names.dlq, small, None),
     ]
