@@ -5,5 +5,7 @@ WORKDIR /app
 # only what the package needs, so the local .venv never enters the image
 COPY pyproject.toml README.md* ./
 COPY streams ./streams
+COPY schemas ./schemas
+ENV TRAINTRACE_SCHEMAS_DIR=/app/schemas
 RUN pip install .
 CMD ["traintrace", "worker"]

@@ -74,8 +74,10 @@ class Codec:
     """Encoder and decoder of every traintrace record.
 
     :param schemas: the schema set (default: ``schemas/``, parsed once per process).
-    :param registry_url: a Schema Registry URL (``http://...`` or ``mock://...``); default
-        ``$TRAINTRACE_SCHEMA_REGISTRY_URL``. With one, encoding writes the Confluent wire format.
+    :param registry_url: a Schema Registry URL (``http://...`` or ``mock://...``); ``None``
+        (default) reads ``$TRAINTRACE_SCHEMA_REGISTRY_URL``; ``""`` means no registry whatever the
+        environment. With one, encoding writes the Confluent wire format and Confluent frames
+        with unknown ids are resolved through it (subjects: the record's full name).
     :param registry_config: extra ``SchemaRegistryClient`` configuration (auth, TLS, ...).
     :param registry_client: a ready client instead of a URL.
     :param wire_format: ``"single-object"`` or ``"confluent"`` to force what is written.
@@ -124,6 +126,10 @@ class Codec:
         for fp, winfo in self.schemas.by_fingerprint.items():
             self._by_fp[fp] = _ReadPlan(winfo, self.schemas.reader(winfo.name), self._shapes[winfo.name])
         self._by_id: dict[int, _ReadPlan] = {}
+        # decode_event's fast path: full frame header (10 or 5 bytes) -> plan, events only.
+        self._event_headers: dict[bytes, _ReadPlan] = {
+            single_object_header(fp): plan for fp, plan in self._by_fp.items() if plan.name == EVENT_RECORD
+        }
         self._unknown_ids: set[int] = set()
         self._lock = threading.Lock()
 
@@ -165,9 +171,8 @@ class Codec:
             assert self.registry is not None
             sid = self.registry.schema_id(info)
             header = confluent_header(sid)
-            plan = self._by_fp[info.fingerprint]
+            self._learn_id(sid, self._by_fp[info.fingerprint])
             with self._lock:
-                self._by_id[sid] = plan
                 self._headers[info.name] = header
         return header
 
@@ -188,6 +193,21 @@ class Codec:
     def decode_event(self, data: bytes) -> dict[str, Any]:
         """Decode one event into its flat dict (``hash``/``prev_hash`` present, ``None`` if
         absent). Raises :class:`DecodeError` for anything else, whatever the bytes."""
+        # Fast path: a known event frame header (the whole header is the dict key); anything
+        # else, including every error, goes through _decode, which classifies it.
+        headers = self._event_headers
+        if type(data) is bytes:
+            plan = headers.get(data[:SINGLE_OBJECT_HEADER_LEN])
+            offset = SINGLE_OBJECT_HEADER_LEN
+            if plan is None:
+                plan = headers.get(data[:CONFLUENT_HEADER_LEN])
+                offset = CONFLUENT_HEADER_LEN
+            if plan is not None:
+                rec = self._read_body(data, offset, plan)
+                try:
+                    return plan.from_avro(rec)
+                except Exception as exc:  # noqa: BLE001
+                    raise DecodeError(E.BAD_BODY, f"{plan.label} record has an unexpected shape: {exc}") from exc
         return self._decode(data, EVENT_RECORD)[1]
 
     def decode_record(self, data: bytes) -> tuple[str, dict[str, Any]]:
@@ -243,6 +263,15 @@ class Codec:
         else:
             raise DecodeError(E.BAD_MAGIC, f"first byte {first:02X} is neither C3 (single-object) nor 00 (Confluent)")
 
+        rec = self._read_body(data, offset, plan)
+        try:
+            return plan.name, plan.from_avro(rec)
+        except Exception as exc:  # noqa: BLE001
+            raise DecodeError(E.BAD_BODY, f"{plan.label} record has an unexpected shape: {exc}") from exc
+
+    @staticmethod
+    def _read_body(data: bytes, offset: int, plan: _ReadPlan) -> dict[str, Any]:
+        n = len(data)
         bio = BytesIO(data)
         bio.seek(offset)
         try:
@@ -251,15 +280,16 @@ class Codec:
             rec = schemaless_reader(bio, plan.writer, plan.reader, return_record_name=True)
         except EOFError as exc:
             raise DecodeError(E.TRUNCATED, f"{plan.label} body ends early: {exc}") from exc
-        except Exception as exc:  # noqa: BLE001 - any failure of the reader is a bad body
+        except Exception as exc:  # noqa: BLE001 - any other failure of the reader
+            # fastavro reports a varint cut short as IndexError: a failure with every byte
+            # consumed is the end of the data, not a bad byte.
+            if isinstance(exc, IndexError) and bio.tell() >= n:
+                raise DecodeError(E.TRUNCATED, f"{plan.label} body ends early: {type(exc).__name__}: {exc}") from exc
             raise DecodeError(E.BAD_BODY, f"{plan.label} body does not decode: {type(exc).__name__}: {exc}") from exc
         end = bio.tell()
         if end != n:
             raise DecodeError(E.BAD_BODY, f"{n - end} trailing byte(s) after the {plan.label} body")
-        try:
-            return plan.name, plan.from_avro(rec)
-        except Exception as exc:  # noqa: BLE001
-            raise DecodeError(E.BAD_BODY, f"{plan.label} record has an unexpected shape: {exc}") from exc
+        return rec
 
     def _plan_for_id(self, sid: int) -> _ReadPlan:
         if self.registry is None:
@@ -289,9 +319,14 @@ class Codec:
                     self._unknown_ids.clear()
                 self._unknown_ids.add(sid)
             raise DecodeError(E.UNKNOWN_SCHEMA_ID, f"schema id {sid} {why}")
+        self._learn_id(sid, plan)
+        return plan
+
+    def _learn_id(self, sid: int, plan: _ReadPlan) -> None:
         with self._lock:
             self._by_id[sid] = plan
-        return plan
+            if plan.name == EVENT_RECORD:
+                self._event_headers[confluent_header(sid)] = plan
 
     def register_all(self) -> dict[str, int]:
         """Register every current schema with the registry now (instead of lazily); returns the
@@ -303,8 +338,7 @@ class Codec:
             out[name] = self.registry.schema_id(info)
             if self.wire_format == CONFLUENT:
                 self._header(info)
-            with self._lock:
-                self._by_id[out[name]] = self._by_fp[info.fingerprint]
+            self._learn_id(out[name], self._by_fp[info.fingerprint])
         return out
 
     def __repr__(self) -> str:
