@@ -105,6 +105,20 @@ def example_records() -> list[dict[str, Any]]:
         {"type": "DeadLetter", "original_topic": "lineage.events", "original_partition": 0,
          "original_offset": 0, "original_key": None, "original_value": b"", "reason": "EMPTY: no bytes",
          "error_kind": "EMPTY", "ts": 0},
+        # added in v2
+        {"type": "PlanCleared", "command_id": _h("clear", "job-b"), "job_id": "job-b", "cohort_id": "c1",
+         "incarnation": 1, "supersedes": _h("cmd", "job-b"), "reason": "current ancestry is clean",
+         "issued_ts": 1760000100008},
+        {"type": "CheckpointStatus", "checkpoint_id": "job-a-520", "job_id": "job-a", "cohort_id": "c1",
+         "incarnation": 0, "step": 520, "content_hash": _h("weights", 520), "status": "TAINTED",
+         "incident_ids": [inc], "ts": 1760000100009},
+        {"type": "CheckpointStatus", "checkpoint_id": "job-a-480", "job_id": "job-a", "cohort_id": None,
+         "incarnation": 0, "step": 480, "content_hash": _h("weights", 480), "status": "CLEAN",
+         "incident_ids": [], "ts": 0},
+        {"type": "EventBatch", "cohort_id": "c1",
+         "events": [{"partition": 3, "offset": 17, "value": b"\xc3\x01" + bytes(8) + b"body"},
+                    {"partition": 3, "offset": 18, "value": b""}]},
+        {"type": "EventBatch", "cohort_id": "", "events": []},
     ]
 
 

@@ -42,6 +42,10 @@ AGENT_RECORDS: tuple[str, ...] = (
     "DivergenceManifest",
     "LineageCommitment",
     "DeadLetter",
+    # added in v2
+    "PlanCleared",
+    "CheckpointStatus",
+    "EventBatch",
 )
 
 _VERSION_DIR = re.compile(r"^v(\d+)$")
