@@ -7,14 +7,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from streams.adapters.jsonl import JsonlError, LineError, open_text, read_events
-from streams.core.decide import Lineage
+from streams.core.cohorts import CohortLineage
 from streams.core.state import Config
 
 
 @dataclass
 class Analysis:
     result: dict[str, Any]
-    lineage: Lineage
+    lineage: CohortLineage
     events: int = 0
     skipped: list[LineError] = field(default_factory=list)
 
@@ -30,7 +30,7 @@ def analyze_file(
     Raises :class:`JsonlError` on the first bad line unless ``skip_invalid``. ``progress`` is
     called with (bytes read, total bytes) now and then.
     """
-    lineage = Lineage(config)
+    lineage = CohortLineage(config)
     skipped: list[LineError] = []
     total = os.path.getsize(path) if path != "-" else 0
     events = 0
