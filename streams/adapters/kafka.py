@@ -29,9 +29,17 @@ class KafkaAdapterError(Exception):
     """A Kafka operation of traintrace failed; the message says which and why."""
 
 
+_TOPIC_FIELDS = ("events", "control", "alerts", "manifests", "commitments", "dlq", "by_cohort", "checkpoints")
+
+
 @dataclass(frozen=True)
 class TopicNames:
-    """The topics of SPEC §3; every name is configurable (``TRAINTRACE_TOPIC_<NAME>``)."""
+    """The topics of SPEC §3 and the processor's internal ones.
+
+    Every name is configurable: ``TRAINTRACE_TOPIC_<NAME>`` sets one (e.g.
+    ``TRAINTRACE_TOPIC_EVENTS``), ``TRAINTRACE_TOPIC_PREFIX`` prefixes them all (tests use a
+    fresh prefix to get fresh topics).
+    """
 
     events: str = "lineage.events"
     control: str = "lineage.control"
@@ -39,14 +47,22 @@ class TopicNames:
     manifests: str = "lineage.manifests"
     commitments: str = "lineage.commitments"
     dlq: str = "lineage.dlq"
+    # internal: events routed by cohort (EventBatch), checkpoint statuses (compacted)
+    by_cohort: str = "lineage.by-cohort"
+    checkpoints: str = "lineage.checkpoints"
 
     @classmethod
-    def from_env(cls) -> "TopicNames":
+    def from_env(cls, prefix: str | None = None) -> "TopicNames":
         base = cls()
+        if prefix is None:
+            prefix = os.environ.get("TRAINTRACE_TOPIC_PREFIX", "")
         return cls(**{
-            name: os.environ.get(f"TRAINTRACE_TOPIC_{name.upper()}", getattr(base, name))
-            for name in ("events", "control", "alerts", "manifests", "commitments", "dlq")
+            name: prefix + os.environ.get(f"TRAINTRACE_TOPIC_{name.upper()}", getattr(base, name))
+            for name in _TOPIC_FIELDS
         })
+
+    def all(self) -> dict[str, str]:
+        return {name: getattr(self, name) for name in _TOPIC_FIELDS}
 
 
 def producer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
@@ -106,7 +122,9 @@ def ensure_topics(bootstrap: str, topics: Iterable[tuple[str, int, dict[str, str
 
 
 def standard_topics(names: TopicNames, partitions: int = 8) -> list[tuple[str, int, dict[str, str] | None]]:
+    """Every topic of the pipeline with its partition count and config."""
     compact = {"cleanup.policy": "compact"}
+    keep = {"retention.ms": "-1"}  # the event-sourced internal log is kept whole
     small = max(1, partitions // 2)
     return [
         (names.events, partitions, None),
@@ -115,4 +133,6 @@ def standard_topics(names: TopicNames, partitions: int = 8) -> list[tuple[str, i
         (names.manifests, small, compact),
         (names.commitments, small, None),  # every commitment is kept for audits
         (names.dlq, small, None),
+        (names.by_cohort, partitions, keep),
+        (names.checkpoints, partitions, compact),
     ]
