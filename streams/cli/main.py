@@ -16,7 +16,12 @@ from streams import __version__
 _COMMANDS: dict[str, tuple[str, str]] = {
     "analyze": ("streams.cli.analyze", "analyze"),
     "broker": ("streams.cli.broker", "broker"),
+    "plans": ("streams.cli.plans", "plans"),
+    "publish": ("streams.cli.publish", "publish"),
+    "release": ("streams.cli.release", "release"),
     "smoke": ("streams.cli.smoke", "smoke"),
+    "worker": ("streams.cli.worker", "worker"),
+    "watch": ("streams.cli.watch", "watch"),
 }
 
 

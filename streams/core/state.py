@@ -255,6 +255,8 @@ class LineageState:
         self.src_ckpts: dict[SourceKey, list[Checkpoint]] = {}
         self.events_folded = 0
         self.duplicates_dropped = 0
+        # command_id -> (job_id, seq of the RolledBack that acknowledged it)
+        self.acknowledged: dict[str, tuple[str, int]] = {}
         # dirty marks for the decision layer
         self.dirty_jobs: set[str] = set()
         self.dirty_divs: set[SourceKey] = set()
@@ -480,6 +482,8 @@ class LineageState:
             inc = Incarnation(job.job_id, ev.incarnation, ev.seq, "restore", ev.restored_checkpoint_id)
             job.incarnations[ev.incarnation] = inc
         job.current = inc
+        if ev.command_id is not None:
+            self.acknowledged.setdefault(ev.command_id, (job.job_id, ev.seq))
         target = ev.restored_checkpoint_id
         if target is None:
             target = job.base_checkpoint_id

@@ -1,0 +1,1 @@
+"""The live processor: a Faust application around the router and the referee (thin)."""

@@ -1,0 +1,441 @@
+"""The Faust application: two thin agents around the router and the referee.
+
+Flow (see the README for the diagram)::
+
+    lineage.events ──(route agent: decode, validate, job→cohort table)──▶ lineage.by-cohort
+       keyed job_id                     │ bad records                        keyed cohort_id
+                                        ▼                                       │
+                                   lineage.dlq            (referee agent: one core engine per cohort)
+                                                                                 ▼
+                 lineage.control · lineage.manifests · lineage.alerts · lineage.commitments ·
+                 lineage.checkpoints (compacted checkpoint statuses, for /checkpoints/{id})
+
+- Both agents use ``take_events`` batches; outputs go through one idempotent confluent-kafka
+  producer (``murmur2_random``) and are flushed before the batch is acknowledged, so offsets are
+  committed only after everything the batch caused is on the broker (at-least-once).
+- The router's job → cohort map is a Faust table (RocksDB by default, changelog topic), keyed
+  and partitioned like ``lineage.events``.
+- The referee's state is event-sourced from ``lineage.by-cohort`` (kept forever): when a worker
+  is assigned a partition it replays it up to the group's committed offset without publishing,
+  re-reads the command ids already on ``lineage.control``, and goes on; duplicates of events are
+  dropped by the core's (job_id, seq) digests and duplicate commands by their ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+import weakref
+from typing import Any
+
+import faust
+from faust.streams import _current_event
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from streams.adapters.kafka import consumer_config, producer_config
+from streams.app import metrics
+from streams.app.referee import Referee
+from streams.app.router import RawRecord, Routed, Router
+from streams.app.settings import WorkerSettings
+from streams.codec import Codec, DecodeError
+from streams.core.errors import InvalidEvent
+from streams.core.events import parse_event
+from streams.service.records import Emission
+
+log = logging.getLogger("traintrace.worker")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Outbox:
+    """Encodes emissions and produces them with one idempotent producer; ``flush`` waits for
+    every delivery and raises if any failed (the batch is then not acknowledged)."""
+
+    def __init__(self, settings: WorkerSettings, codec: Codec) -> None:
+        self.topics = settings.topics
+        self.codec = codec
+        self.producer = Producer(producer_config(settings.bootstrap, **{"linger.ms": 2}))
+        self.errors: list[str] = []
+
+    def _cb(self, err, _msg) -> None:
+        if err is not None:
+            self.errors.append(str(err))
+
+    def send(self, topic: str, key: bytes | None, value: bytes) -> None:
+        while True:
+            try:
+                self.producer.produce(topic, key=key, value=value, on_delivery=self._cb)
+                break
+            except BufferError:
+                self.producer.poll(0.05)
+        self.producer.poll(0)
+
+    def emit(self, em: Emission) -> None:
+        topic = getattr(self.topics, em.topic)
+        self.send(topic, em.key.encode(), self.codec.encode_record(em.record, em.value))
+        metrics.EMITTED.labels(em.record).inc()
+
+    def dead_letter(self, record: dict[str, Any]) -> None:
+        self.send(self.topics.dlq, record.get("original_key"), self.codec.encode_record("DeadLetter", record))
+        metrics.DLQ.labels(record["error_kind"]).inc()
+
+    async def flush(self) -> None:
+        loop = asyncio.get_running_loop()
+        remaining = await loop.run_in_executor(None, self.producer.flush, 30.0)
+        if remaining or self.errors:
+            errors, self.errors = self.errors, []
+            raise RuntimeError(f"delivery failed ({remaining} undelivered): {errors[:3]}")
+
+
+class CheckpointView:
+    """Every checkpoint's last status, from the compacted ``lineage.checkpoints`` (all
+    partitions), kept up to date by a background thread: what ``/checkpoints/{id}`` answers."""
+
+    def __init__(self, settings: WorkerSettings, codec: Codec) -> None:
+        self.settings = settings
+        self.codec = codec
+        self.status: dict[str, dict[str, Any]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="checkpoint-view", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        topic = self.settings.topics.checkpoints
+        consumer = Consumer(consumer_config(self.settings.bootstrap, f"{self.settings.app_id}-ckview",
+                                            **{"enable.partition.eof": False}))
+        try:
+            md = consumer.list_topics(topic, timeout=30)
+            parts = md.topics[topic].partitions if topic in md.topics else {}
+            consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+            while not self._stop.is_set():
+                msg = consumer.poll(0.5)
+                if msg is None or msg.error():
+                    continue
+                try:
+                    _name, rec = self.codec.decode_record(msg.value())
+                except DecodeError:
+                    continue
+                self.status[rec["checkpoint_id"]] = rec
+        except Exception:  # pragma: no cover - logged, the view is best effort
+            log.exception("checkpoint view stopped")
+        finally:
+            consumer.close()
+
+
+def _replay_partition(settings: WorkerSettings, codec: Codec, referee: Referee, partition: int,
+                      start: int, end: int) -> int:
+    """Fold ``lineage.by-cohort`` partition ``partition`` offsets [start, end) into the
+    referee without publishing. Returns the number of events folded."""
+    if end <= start:
+        return 0
+    topic = settings.topics.by_cohort
+    consumer = Consumer(consumer_config(settings.bootstrap, f"{settings.app_id}-replay",
+                                        **{"enable.partition.eof": True}))
+    n = 0
+    try:
+        consumer.assign([TopicPartition(topic, partition, start)])
+        position = start
+        while position < end:
+            msgs = consumer.consume(1000, timeout=5.0)
+            if not msgs:
+                raise RuntimeError(f"replay of {topic}[{partition}] stalled at offset {position} < {end}")
+            for msg in msgs:
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        if position < end:
+                            raise RuntimeError(f"{topic}[{partition}] ends at {position}, expected {end}")
+                        continue
+                    raise RuntimeError(str(msg.error()))
+                if msg.offset() >= end:
+                    position = end
+                    break
+                position = msg.offset() + 1
+                n += _fold_batch_value(codec, referee, msg.value(), partition, msg.timestamp()[1], publish=False,
+                                       on_reject=None)[0]
+    finally:
+        consumer.close()
+    return n
+
+
+def _fold_batch_value(codec: Codec, referee: Referee, value: bytes, partition: int, ts: int,
+                      publish: bool, on_reject) -> tuple[int, list[Emission]]:
+    try:
+        _name, batch = codec.decode_record(value)
+    except DecodeError as exc:
+        if on_reject is not None:
+            on_reject(None, f"undecodable EventBatch: {exc}", "BAD_BATCH")
+        return 0, []
+    cohort = batch["cohort_id"]
+    out: list[Emission] = []
+    n = 0
+    for routed in batch["events"]:
+        try:
+            event = parse_event(codec.decode_event(routed["value"]))
+        except (DecodeError, InvalidEvent) as exc:  # the router validated it: should not happen
+            if on_reject is not None:
+                on_reject(routed, str(exc), "INVALID_EVENT")
+            continue
+        handled = referee.handle(cohort, event, ts, partition=partition, publish=publish)
+        n += 1
+        if not handled.result.accepted and not handled.result.duplicate and on_reject is not None:
+            reasons = "; ".join(f"{r}: {d}" for r, d in handled.result.guard) or "rejected by the fold"
+            on_reject(routed, reasons, handled.result.guard[0][0] if handled.result.guard else "REJECTED")
+        out.extend(handled.emissions)
+    return n, out
+
+
+def read_published_commands(settings: WorkerSettings, codec: Codec) -> set[str]:
+    """Every command_id already on ``lineage.control`` (read to its end)."""
+    topic = settings.topics.control
+    consumer = Consumer(consumer_config(settings.bootstrap, f"{settings.app_id}-published",
+                                        **{"enable.partition.eof": True}))
+    ids: set[str] = set()
+    try:
+        md = consumer.list_topics(topic, timeout=30)
+        if topic not in md.topics:
+            return ids
+        parts = list(md.topics[topic].partitions)
+        ends = {}
+        for p in parts:
+            _lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            if hi > 0:
+                ends[p] = hi
+        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+        done: set[int] = set()
+        while len(done) < len(ends):
+            msgs = consumer.consume(1000, timeout=5.0)
+            if not msgs:
+                break
+            for msg in msgs:
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        done.add(msg.partition())
+                    continue
+                if msg.offset() + 1 >= ends[msg.partition()]:
+                    done.add(msg.partition())
+                try:
+                    _name, rec = codec.decode_record(msg.value())
+                except DecodeError:
+                    continue
+                cid = rec.get("command_id")
+                if cid:
+                    ids.add(cid)
+    finally:
+        consumer.close()
+    return ids
+
+
+def committed_offsets(settings: WorkerSettings, topic: str, partitions: list[int]) -> dict[int, int]:
+    consumer = Consumer(consumer_config(settings.bootstrap, settings.app_id))
+    try:
+        got = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=30)
+        return {tp.partition: max(tp.offset, 0) for tp in got}
+    finally:
+        consumer.close()
+
+
+def _die(agent: str, exc: BaseException) -> None:
+    """Crash-only: an unexpected error in an agent stops the process at once, before Faust
+    acknowledges the batch, so the batch is processed again after a restart (at-least-once).
+    Bad input never gets here: it goes to the dead-letter topic."""
+    log.critical("agent %s failed; exiting so the batch is redelivered: %r", agent, exc, exc_info=exc)
+    logging.shutdown()
+    os._exit(70)
+
+
+def create_app(settings: WorkerSettings) -> faust.App:
+    codec = Codec()
+    app = faust.App(
+        settings.app_id,
+        broker=f"kafka://{settings.bootstrap}",
+        store=settings.store,
+        datadir=str(settings.data_dir),
+        web_enabled=settings.web_enabled,
+        web_host=settings.web_host,
+        web_port=settings.web_port,
+        key_serializer="raw",
+        value_serializer="raw",
+        topic_partitions=settings.partitions,
+        topic_disable_leader=True,
+        consumer_auto_offset_reset="earliest",
+        broker_commit_interval=settings.commit_interval_s,
+        stream_wait_empty=False,
+        producer_acks=-1,
+    )
+    topics = settings.topics
+    events_topic = app.topic(topics.events, key_serializer="raw", value_serializer="raw",
+                             partitions=settings.partitions)
+    by_cohort_topic = app.topic(topics.by_cohort, key_serializer="raw", value_serializer="raw",
+                                partitions=settings.partitions)
+    # job_id -> cohort_id; a key lives in the changelog partition of the event that set it,
+    # which is the job's lineage.events partition, so it is recovered where the job is routed
+    cohort_table = app.Table("job-cohort", default=None, partitions=settings.partitions,
+                             key_type=str, value_type=str)
+
+    outbox = Outbox(settings, codec)
+    router = Router(codec, cohort_table)
+    referee = Referee(settings.core, settings.ack_timeout_ms)
+    ckview = CheckpointView(settings, codec)
+    lock = asyncio.Lock()
+    position: dict[int, int] = {}  # by-cohort partition -> next offset folded into the referee
+    route_position: dict[int, int] = {}  # events partition -> next offset routed
+
+    app.traintrace = {  # for the web views and tests
+        "settings": settings, "referee": referee, "router": router, "checkpoints": ckview,
+        "position": position, "route_position": route_position,
+    }
+
+    async def catch_up(partition: int, end: int) -> None:
+        start = position.get(partition, 0)
+        if end <= start:
+            position.setdefault(partition, start)
+            return
+        loop = asyncio.get_running_loop()
+        t = time.perf_counter()
+        published = await loop.run_in_executor(None, read_published_commands, settings, codec)
+        referee.published |= published
+        n = await loop.run_in_executor(None, _replay_partition, settings, codec, referee, partition, start, end)
+        position[partition] = end
+        metrics.REPLAYED.inc(n)
+        log.info("rebuilt %s[%d] from offsets %d..%d: %d events in %.2fs", topics.by_cohort, partition,
+                 start, end, n, time.perf_counter() - t)
+
+    @app.on_partitions_revoked.connect
+    async def on_revoked(app_, revoked, **kwargs) -> None:
+        async with lock:
+            for tp in revoked:
+                if tp.topic == topics.by_cohort:
+                    referee.drop_partition(tp.partition)
+                    position.pop(tp.partition, None)
+                elif tp.topic == topics.events:
+                    route_position.pop(tp.partition, None)
+
+    @app.on_partitions_assigned.connect
+    async def on_assigned(app_, assigned, **kwargs) -> None:
+        mine = sorted(tp.partition for tp in assigned if tp.topic == topics.by_cohort)
+        if not mine:
+            return
+        loop = asyncio.get_running_loop()
+        committed = await loop.run_in_executor(None, committed_offsets, settings, topics.by_cohort, mine)
+        async with lock:
+            for p in mine:
+                if p not in position:
+                    await catch_up(p, committed.get(p, 0))
+
+    @app.agent(events_topic)
+    async def route(stream):
+        """Stage one: decode and validate each record, route it to its cohort."""
+        async for batch in stream.take_events(settings.batch_max, settings.batch_within_s):
+            try:
+                await _route_batch(batch)
+            except Exception as exc:  # never let Faust ack a batch whose outputs are not out
+                _die("route", exc)
+
+    async def _route_batch(batch) -> None:
+        routed = Routed()
+        now = now_ms()
+        for e in batch:
+            # Faust's table (and its RocksDB store) put a key in the changelog partition of
+            # the *current event*; take_events hands a batch over, so set it per record, as
+            # Faust's own per-event iteration does.
+            _current_event.set(weakref.ref(e))
+            m = e.message
+            router.route_one(RawRecord(m.topic, m.partition, m.offset, m.key, m.value, m.timestamp), routed, now)
+        _current_event.set(None)
+        for cohort, events in routed.batches.items():
+            for i in range(0, len(events), 1000):
+                value = codec.encode_record("EventBatch", {"cohort_id": cohort, "events": events[i:i + 1000]})
+                outbox.send(topics.by_cohort, cohort.encode(), value)
+        for dead in routed.dead:
+            outbox.dead_letter(dead)
+        await outbox.flush()
+        metrics.ROUTED.inc(routed.events)
+        for e in batch:
+            route_position[e.message.partition] = e.message.offset + 1
+
+    @app.agent(by_cohort_topic)
+    async def decide(stream):
+        """Stage two: fold each cohort's events through the core, publish the decisions."""
+        async for batch in stream.take_events(64, settings.batch_within_s):
+            try:
+                await _decide_batch(batch)
+            except Exception as exc:  # never let Faust ack a batch whose outputs are not out
+                _die("decide", exc)
+
+    async def _decide_batch(batch) -> None:
+        async with lock:
+            out: list[Emission] = []
+            for e in batch:
+                p, o = e.message.partition, e.message.offset
+                if p not in position or o > position[p]:
+                    await catch_up(p, o)
+                if o < position[p]:
+                    continue  # already folded by a replay
+
+                def reject(routed, reason, kind, _p=p, _o=o):
+                    rec = {
+                        "original_topic": topics.events if routed else topics.by_cohort,
+                        "original_partition": routed["partition"] if routed else _p,
+                        "original_offset": routed["offset"] if routed else _o,
+                        "original_key": None,
+                        "original_value": routed["value"] if routed else (e.message.value or b""),
+                        "reason": reason, "error_kind": kind, "ts": now_ms(),
+                    }
+                    outbox.dead_letter(rec)
+
+                n, emissions = _fold_batch_value(codec, referee, e.message.value, p, now_ms(), True, reject)
+                out.extend(emissions)
+                position[p] = o + 1
+                metrics.FOLDED.inc(n)
+            if any(em.topic == "manifests" for em in out):
+                out.extend(referee.commitments(now_ms()))
+            for em in out:
+                outbox.emit(em)
+            await outbox.flush()
+            metrics.observe_referee(referee)
+
+    @app.timer(interval=1.0)
+    async def housekeeping() -> None:
+        async with lock:
+            now = now_ms()
+            out = referee.tick(now, settings.grace_ms)
+            last = app.traintrace.get("last_commitment", 0)
+            if now - last >= settings.commitment_interval_s * 1000:
+                out.extend(referee.commitments(now))
+                app.traintrace["last_commitment"] = now
+            for em in out:
+                outbox.emit(em)
+            if out:
+                await outbox.flush()
+            metrics.observe_referee(referee)
+
+    @app.timer(interval=2.0)
+    async def lag_metrics() -> None:
+        try:
+            for tp in app.consumer.assignment():
+                hw = app.consumer.highwater(tp)
+                if tp.topic == topics.events:
+                    metrics.LAG.labels(tp.topic, str(tp.partition)).set(max(0, (hw or 0) - route_position.get(tp.partition, 0)))
+                elif tp.topic == topics.by_cohort:
+                    metrics.LAG.labels(tp.topic, str(tp.partition)).set(max(0, (hw or 0) - position.get(tp.partition, 0)))
+        except Exception:  # pragma: no cover - metrics only
+            pass
+
+    @app.task
+    async def start_views() -> None:
+        ckview.start()
+
+    from streams.app import views
+
+    views.register(app, referee, ckview, lock)
+    return app

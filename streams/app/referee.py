@@ -1,0 +1,223 @@
+"""The referee: the divergence agent's logic, without Kafka or Faust.
+
+It holds one core engine per cohort (the cohorts of the partitions this worker owns), folds
+each routed event, and turns the decisions into :class:`~streams.service.records.Emission`
+records for the output topics. It is deterministic in the events it is given: replaying a
+partition from its start rebuilds exactly the state (engines, manifest versions, snapshots) a
+crashed worker had, which is how a restarted or new worker recovers (see ``faust_app``).
+
+Commands are published at most once per ``command_id``: ``published`` holds the ids already
+on ``lineage.control`` (read back on recovery), and a replayed decision is never re-sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from streams.core.commitment import build_commitment, commitment_root, concurrency_snapshot
+from streams.core.decide import (
+    AlertRaised,
+    CheckpointTainted,
+    HaltIssued,
+    IncidentChanged,
+    Lineage,
+    PlanChanged,
+)
+from streams.core.events import CheckpointWritten, Event
+from streams.core.state import Config, FoldResult
+from streams.service import records as R
+
+
+@dataclass
+class RefereeStats:
+    events: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    commands: int = 0
+    manifests: int = 0
+    alerts: int = 0
+    halts: int = 0
+
+
+@dataclass
+class Handled:
+    result: FoldResult
+    emissions: list[R.Emission] = field(default_factory=list)
+
+
+class Referee:
+    def __init__(self, config: Config | None = None, ack_timeout_ms: int = 300_000) -> None:
+        self.config = config or Config()
+        self.ack_timeout_ms = ack_timeout_ms
+        self.engines: dict[str, Lineage] = {}
+        self.partition_of: dict[str, int] = {}
+        self.versions: dict[str, int] = {}
+        self.snapshots: dict[str, list[dict[str, Any]]] = {}
+        self.published: set[str] = set()
+        self.issued: dict[str, tuple[str, str, int]] = {}  # command_id -> (cohort, job, issued ms)
+        self._unacked_alerted: set[str] = set()
+        self._dirty_cohorts: set[str] = set()
+        self._last_root: dict[str, str] = {}
+        self.stats = RefereeStats()
+
+    # ------------------------------------------------------------------ engines
+
+    def engine(self, cohort: str, partition: int | None = None) -> Lineage:
+        lin = self.engines.get(cohort)
+        if lin is None:
+            lin = self.engines[cohort] = Lineage(self.config)
+        if partition is not None:
+            self.partition_of[cohort] = partition
+        return lin
+
+    def drop_partition(self, partition: int) -> list[str]:
+        """Forget the cohorts of a revoked partition (a later owner rebuilds them)."""
+        gone = [c for c, p in self.partition_of.items() if p == partition]
+        for c in gone:
+            self.engines.pop(c, None)
+            self.partition_of.pop(c, None)
+            self._dirty_cohorts.discard(c)
+            self._last_root.pop(c, None)
+        return gone
+
+    # ------------------------------------------------------------------ events
+
+    def handle(self, cohort: str, event: Event, now_ms: int, partition: int | None = None,
+               publish: bool = True) -> Handled:
+        """Fold one routed event; return the records to publish (none when ``publish`` is
+        False: a replay only rebuilds state, what it decides was published already)."""
+        lin = self.engine(cohort, partition)
+        result = lin.fold(event, now_ms)
+        self.stats.events += result.accepted
+        self.stats.duplicates += result.duplicate
+        self.stats.rejected += (not result.accepted and not result.duplicate)
+        decisions = lin.decide()
+        out: list[R.Emission] = []
+        if result.accepted:
+            self._dirty_cohorts.add(cohort)
+            if isinstance(event, CheckpointWritten):
+                ck = lin.state.checkpoints.get(event.checkpoint_id)
+                if ck is not None and ck.job_id == event.job_id and ck.seq == event.seq and not ck.sources:
+                    out.append(R.checkpoint_status(ck, lin.state.jobs[ck.job_id].cohort_id, [], now_ms))
+        root: list[str | None] = []
+
+        def current_root() -> str | None:
+            if not root:
+                root.append(commitment_root(lin))
+            return root[0]
+
+        for d in decisions:
+            if isinstance(d, CheckpointTainted):
+                ck = lin.state.checkpoints.get(d.checkpoint_id)
+                if ck is None:
+                    continue
+                ids: set[str] = set()
+                for s in ck.sources or ():
+                    v = lin.verdicts.get(s)
+                    if v is not None:
+                        ids |= v.incident_ids
+                out.append(R.checkpoint_status(ck, lin.state.jobs[ck.job_id].cohort_id, sorted(ids), now_ms))
+            elif isinstance(d, PlanChanged):
+                job = lin.state.jobs.get(d.job_id)
+                inc = job.current.number if job is not None and job.current is not None else 0
+                em = R.plan_emission(d, job.cohort_id if job else None, inc, now_ms, current_root())
+                if em is not None:
+                    out.append(em)
+                    if em.record == "RollbackCommand":
+                        self.issued[em.value["command_id"]] = (cohort, d.job_id, now_ms)
+                if d.supersedes is not None:
+                    self.issued.pop(d.supersedes, None)
+            elif isinstance(d, HaltIssued):
+                out.append(R.halt_emission(d, now_ms))
+            elif isinstance(d, IncidentChanged):
+                version = self.versions.get(d.incident_id, 0) + 1
+                self.versions[d.incident_id] = version
+                snap = self.snapshots.get(d.incident_id)
+                if snap is None:
+                    snap = self.snapshots[d.incident_id] = concurrency_snapshot(lin)
+                out.append(R.manifest_emission(d, version, snap, now_ms, current_root()))
+                alert = R.incident_alert(d, cohort, now_ms)
+                if alert is not None:
+                    out.append(alert)
+            elif isinstance(d, AlertRaised):
+                out.append(R.alert_emission(d, cohort, now_ms))
+        return Handled(result, self._dedupe(out, publish))
+
+    def _dedupe(self, out: list[R.Emission], publish: bool) -> list[R.Emission]:
+        kept: list[R.Emission] = []
+        for em in out:
+            cid = em.command_id
+            if cid is not None:
+                if cid in self.published:
+                    continue
+                self.published.add(cid)
+            if publish:
+                kept.append(em)
+                self._count(em)
+        return kept
+
+    def _count(self, em: R.Emission) -> None:
+        if em.topic == "control":
+            self.stats.commands += 1
+            if em.record == "HaltCommand":
+                self.stats.halts += 1
+        elif em.topic == "manifests":
+            self.stats.manifests += 1
+        elif em.topic == "alerts":
+            self.stats.alerts += 1
+
+    # ------------------------------------------------------------------ timers
+
+    def tick(self, now_ms: int, grace_ms: int) -> list[R.Emission]:
+        """Unresolved sources past the grace period halt their jobs; unacknowledged commands
+        past the acknowledgement timeout raise an alert (once)."""
+        out: list[R.Emission] = []
+        for cohort in sorted(self.engines):
+            lin = self.engines[cohort]
+            for d in lin.tick(now_ms, grace_ms):
+                if isinstance(d, HaltIssued):
+                    out.append(R.halt_emission(d, now_ms))
+                elif isinstance(d, AlertRaised):
+                    out.append(R.alert_emission(d, cohort, now_ms))
+        for cid, (cohort, job_id, issued) in list(self.issued.items()):
+            lin = self.engines.get(cohort)
+            if lin is None:
+                self.issued.pop(cid, None)
+                continue
+            plan = lin.plans.get(job_id)
+            if cid in lin.state.acknowledged or plan is None or plan["command_id"] != cid:
+                self.issued.pop(cid, None)
+                continue
+            if now_ms - issued >= self.ack_timeout_ms and cid not in self._unacked_alerted:
+                self._unacked_alerted.add(cid)
+                job = lin.state.jobs.get(job_id)
+                out.append(R.alert_emission(AlertRaised(
+                    "COMMAND_UNACKNOWLEDGED", job_id, job.cohort_id if job else None,
+                    f"{job_id} has not acknowledged command {cid[:12]} ({plan['action']}) "
+                    f"after {(now_ms - issued) // 1000}s",
+                    details={"command_id": cid}), cohort, now_ms))
+        return self._dedupe(out, True)
+
+    def commitments(self, now_ms: int, force: bool = False) -> list[R.Emission]:
+        """A LineageCommitment for every cohort whose record changed since its last one."""
+        out: list[R.Emission] = []
+        cohorts = sorted(self.engines) if force else sorted(self._dirty_cohorts)
+        self._dirty_cohorts.clear()
+        for cohort in cohorts:
+            lin = self.engines.get(cohort)
+            if lin is None or not cohort:
+                continue
+            record = build_commitment(cohort, lin, now_ms)
+            if not force and self._last_root.get(cohort) == record["root"]:
+                continue
+            self._last_root[cohort] = record["root"]
+            out.append(R.Emission("commitments", cohort, "LineageCommitment", record))
+        return out
+
+    # ------------------------------------------------------------------ views
+
+    def final_state(self) -> dict[str, Any]:
+        from streams.core.cohorts import merge_final_states
+
+        return merge_final_states((c, self.engines[c].final_state()) for c in sorted(self.engines))

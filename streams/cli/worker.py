@@ -1,0 +1,83 @@
+"""``traintrace worker``: run one processor worker (Faust) of the live pipeline."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from streams.cli.analyze import core_options
+from streams.cli.common import bootstrap_option, err_console, fail, resolve_bootstrap
+
+
+@click.command()
+@bootstrap_option
+@click.option("--topic-prefix", envvar="TRAINTRACE_TOPIC_PREFIX", default="",
+              help="Prefix of every topic name. [env TRAINTRACE_TOPIC_PREFIX]")
+@click.option("--app-id", envvar="TRAINTRACE_APP_ID", default="traintrace", show_default=True,
+              help="Faust application id (the consumer group). [env TRAINTRACE_APP_ID]")
+@click.option("--partitions", type=click.IntRange(min=1), envvar="TRAINTRACE_PARTITIONS", default=8,
+              show_default=True, help="Partitions of the topics it creates. [env TRAINTRACE_PARTITIONS]")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), envvar="TRAINTRACE_WORKER_DIR",
+              default=None, help="This worker's own data directory (RocksDB tables); one per worker. "
+                                 "[env TRAINTRACE_WORKER_DIR; default .traintrace/worker-<web port>]")
+@click.option("--store", type=click.Choice(["rocksdb", "memory"]), envvar="TRAINTRACE_STORE", default="rocksdb",
+              show_default=True, help="Table store. [env TRAINTRACE_STORE]")
+@click.option("--web-port", type=click.IntRange(min=1, max=65535), envvar="TRAINTRACE_WEB_PORT", default=6066,
+              show_default=True, help="HTTP views and /metrics on 127.0.0.1. [env TRAINTRACE_WEB_PORT]")
+@click.option("--grace-seconds", type=click.FloatRange(min=0), envvar="TRAINTRACE_GRACE_SECONDS", default=30.0,
+              show_default=True,
+              help="How long a consumed checkpoint may stay unrecorded before its job is halted. "
+                   "[env TRAINTRACE_GRACE_SECONDS]")
+@click.option("--ack-timeout", type=click.FloatRange(min=0), envvar="TRAINTRACE_ACK_TIMEOUT", default=300.0,
+              show_default=True, help="Seconds before an unacknowledged command raises an alert. "
+                                      "[env TRAINTRACE_ACK_TIMEOUT]")
+@click.option("--commitment-interval", type=click.FloatRange(min=0.1), envvar="TRAINTRACE_COMMITMENT_INTERVAL",
+              default=10.0, show_default=True, help="Seconds between LineageCommitments of a changed cohort.")
+@click.option("--commit-interval", type=click.FloatRange(min=0.05), envvar="TRAINTRACE_COMMIT_INTERVAL",
+              default=1.0, show_default=True, help="Seconds between offset commits.")
+@click.option("--loglevel", type=click.Choice(["crit", "error", "warn", "info", "debug"]),
+              envvar="TRAINTRACE_LOGLEVEL", default="info", show_default=True)
+@core_options
+def worker(bootstrap, topic_prefix, app_id, partitions, data_dir, store, web_port, grace_seconds, ack_timeout,
+           commitment_interval, commit_interval, loglevel, window, spike_factor, taint_margin) -> None:
+    """Run a processor worker: route lineage.events by cohort, fold each cohort through the
+    lineage core, publish commands, manifests, alerts and commitments.
+
+    Start several (each with its own --web-port and --data-dir) to spread the partitions.
+    Creates the topics it needs. Stops cleanly on Ctrl-C / SIGTERM.
+    """
+    from streams.adapters.kafka import KafkaAdapterError, TopicNames, ensure_topics, standard_topics
+    from streams.app.settings import WorkerSettings
+    from streams.core.state import Config
+
+    bootstrap, _ = resolve_bootstrap(bootstrap)
+    topics = TopicNames.from_env(topic_prefix)
+    try:
+        ensure_topics(bootstrap, standard_topics(topics, partitions))
+    except KafkaAdapterError as exc:
+        fail(str(exc))
+    settings = WorkerSettings(
+        bootstrap=bootstrap, topics=topics, app_id=app_id, partitions=partitions,
+        data_dir=data_dir or Path(f".traintrace/worker-{web_port}"),
+        store=f"{store}://", web_port=web_port,
+        core=Config(window=window, spike_factor=spike_factor, taint_margin=taint_margin),
+        grace_ms=int(grace_seconds * 1000), ack_timeout_ms=int(ack_timeout * 1000),
+        commitment_interval_s=commitment_interval, commit_interval_s=commit_interval, loglevel=loglevel,
+    )
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    err_console.print(f"traintrace worker: Kafka {bootstrap}, topics {topics.events} -> {topics.control}, "
+                      f"web http://127.0.0.1:{web_port}, data {settings.data_dir}", highlight=False)
+    run_worker(settings)
+
+
+def run_worker(settings) -> None:
+    import faust
+
+    from streams.app.faust_app import create_app
+
+    os.environ.setdefault("F_DATADIR", str(settings.data_dir))
+    app = create_app(settings)
+    w = faust.Worker(app, loglevel=settings.loglevel, redirect_stdouts=False)
+    w.execute_from_commandline()

@@ -1,0 +1,201 @@
+"""What the divergence agent publishes for each core decision (SPEC §3, §10).
+
+Pure mapping: a decision of :mod:`streams.core.decide` (plus the cohort, the processor's clock
+and the commitment root it was computed from) becomes records for the output topics. The live
+referee and the audit use the same mapping, so an audit can recompute every command and
+manifest (all fields but the processor's timestamps).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from streams.core.decide import (
+    AlertRaised,
+    CheckpointTainted,
+    Decision,
+    HaltIssued,
+    IncidentChanged,
+    PlanChanged,
+)
+from streams.core.ids import hash_parts
+
+
+@dataclass(frozen=True, slots=True)
+class Emission:
+    """One record for one output topic. ``topic`` names a field of ``TopicNames``."""
+
+    topic: str
+    key: str
+    record: str
+    value: dict[str, Any]
+
+    @property
+    def command_id(self) -> str | None:
+        return self.value.get("command_id") if self.topic == "control" else None
+
+
+def clear_command_id(job_id: str, incarnation: int, supersedes: str) -> str:
+    return hash_parts(("CLEAR", job_id, incarnation, supersedes))
+
+
+def alert_id(kind: str, *parts: object) -> str:
+    return hash_parts(("ALERT", kind, *parts))
+
+
+def plan_emission(d: PlanChanged, cohort_id: str | None, incarnation: int, ts: int,
+                  commitment_root: str | None) -> Emission | None:
+    plan = d.plan
+    if plan is None:
+        if d.supersedes is None:
+            return None
+        return Emission("control", d.job_id, "PlanCleared", {
+            "command_id": clear_command_id(d.job_id, incarnation, d.supersedes),
+            "job_id": d.job_id,
+            "cohort_id": cohort_id,
+            "incarnation": incarnation,
+            "supersedes": d.supersedes,
+            "reason": "the job's current ancestry is clean",
+            "issued_ts": ts,
+        })
+    if plan["action"] == "QUARANTINE":
+        return Emission("control", d.job_id, "QuarantineNotice", {
+            "command_id": plan["command_id"],
+            "job_id": d.job_id,
+            "cohort_id": cohort_id,
+            "incarnation": plan["incarnation"],
+            "incident_ids": list(plan["incident_ids"]),
+            "quarantined_checkpoint_ids": list(plan.get("quarantined_checkpoint_ids", [])),
+            "supersedes": d.supersedes,
+            "issued_ts": ts,
+            "commitment_root": commitment_root,
+        })
+    return Emission("control", d.job_id, "RollbackCommand", {
+        "command_id": plan["command_id"],
+        "job_id": d.job_id,
+        "cohort_id": cohort_id,
+        "incarnation": plan["incarnation"],
+        "action": plan["action"],
+        "target_checkpoint_id": plan["target_checkpoint_id"],
+        "target_step": plan["target_step"],
+        "incident_ids": list(plan["incident_ids"]),
+        "supersedes": d.supersedes,
+        "issued_ts": ts,
+        "commitment_root": commitment_root,
+    })
+
+
+def halt_emission(d: HaltIssued, ts: int, seq: int | None = None) -> Emission:
+    return Emission("control", d.job_id, "HaltCommand", {
+        "command_id": d.command_id,
+        "job_id": d.job_id,
+        "cohort_id": d.cohort_id,
+        "reason": d.reason,
+        "detail": d.detail,
+        "seq": seq,
+        "issued_ts": ts,
+    })
+
+
+def alert_emission(d: AlertRaised, cohort_key: str, ts: int) -> Emission:
+    return Emission("alerts", cohort_key, "Alert", {
+        "alert_id": alert_id(d.kind, d.cohort_id, d.job_id, d.checkpoint_id, d.incident_id, d.message),
+        "kind": d.kind,
+        "cohort_id": d.cohort_id,
+        "job_id": d.job_id,
+        "checkpoint_id": d.checkpoint_id,
+        "incident_id": d.incident_id,
+        "message": d.message,
+        "details": {str(k): str(v) for k, v in d.details.items()},
+        "ts": ts,
+    })
+
+
+def manifest_plan(p: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "job_id": p["job_id"],
+        "incarnation": p["incarnation"],
+        "action": p["action"],
+        "target_checkpoint_id": p["target_checkpoint_id"],
+        "target_step": p["target_step"],
+        "incident_ids": list(p["incident_ids"]),
+        "quarantined_checkpoint_ids": list(p.get("quarantined_checkpoint_ids", [])),
+        "command_id": p["command_id"],
+    }
+
+
+def manifest_emission(d: IncidentChanged, version: int, snapshot: list[dict[str, Any]], ts: int,
+                      commitment_root: str | None) -> Emission:
+    v = d.view
+    closed = d.change in ("REATTRIBUTED", "SUPERSEDED")
+    value = {
+        "incident_id": d.incident_id,
+        "version": version,
+        "cohort_id": v.get("cohort_id"),
+        "root": dict(v["root"]),
+        "verdict": v["verdict"],
+        "attributed_to": list(d.merged_into),
+        "contaminated": [] if closed else [
+            {"job_id": c["job_id"], "incarnation": c["incarnation"],
+             "via_checkpoint_id": c["via_checkpoint_id"] or "", "path": list(c.get("path") or [])}
+            for c in v["contaminated"]
+        ],
+        "secondary_divergences": [] if closed else [dict(s) for s in v["secondary_divergences"]],
+        "tainted_checkpoints": [] if closed else list(v["tainted_checkpoints"]),
+        "plans": [] if closed else [manifest_plan(p) for p in v.get("plans", [])],
+        "concurrency_snapshot": snapshot,
+        "commitment_root": commitment_root,
+        "ts": ts,
+    }
+    return Emission("manifests", d.incident_id, "DivergenceManifest", value)
+
+
+_ALERT_OF_CHANGE = {
+    "OPENED": ("INCIDENT_OPENED", "incident opened: {job} inc {inc} diverged at step {onset} ({verdict})"),
+    "WIDENED": ("INCIDENT_WIDENED", "incident widened: {n} contaminated incarnation(s)"),
+    "REATTRIBUTED": ("REATTRIBUTED", "divergence of {job} inc {inc} is a symptom of {into}"),
+}
+
+
+def incident_alert(d: IncidentChanged, cohort_key: str, ts: int) -> Emission | None:
+    spec = _ALERT_OF_CHANGE.get(d.change)
+    if spec is None:
+        return None
+    kind, text = spec
+    root = d.view["root"]
+    msg = text.format(job=root["job_id"], inc=root["incarnation"], onset=root["onset_step"],
+                      verdict=d.view["verdict"], n=len(d.view.get("contaminated", [])),
+                      into=", ".join(x[:12] for x in d.merged_into))
+    return alert_emission(AlertRaised(kind, root["job_id"], d.view.get("cohort_id"), msg,
+                                      incident_id=d.incident_id,
+                                      details={"change": d.change}), cohort_key, ts)
+
+
+def checkpoint_status(ck, cohort_id: str | None, incident_ids: list[str], ts: int) -> Emission:
+    return Emission("checkpoints", ck.id, "CheckpointStatus", {
+        "checkpoint_id": ck.id,
+        "job_id": ck.job_id,
+        "cohort_id": cohort_id,
+        "incarnation": ck.incarnation,
+        "step": ck.step,
+        "content_hash": ck.content_hash,
+        "status": "TAINTED" if ck.sources else "CLEAN",
+        "incident_ids": sorted(incident_ids),
+        "ts": ts,
+    })
+
+
+__all__ = [
+    "Emission",
+    "alert_emission",
+    "alert_id",
+    "checkpoint_status",
+    "clear_command_id",
+    "halt_emission",
+    "incident_alert",
+    "manifest_emission",
+    "plan_emission",
+    "CheckpointTainted",
+    "Decision",
+]

@@ -1,0 +1,159 @@
+"""The referee and the router without Kafka: what the live agents do, event by event."""
+
+from __future__ import annotations
+
+from streams.app.referee import Referee
+from streams.app.router import RawRecord, Router
+from streams.codec import Codec
+from streams.core.cohorts import CohortLineage, CohortRouter
+from streams.core.events import parse_event
+from streams.testing.cohort import generate_cohorts
+
+from .vectors import load_lines
+
+CODEC = Codec()
+
+
+def routed_events(lines):
+    router = CohortRouter()
+    for d in lines:
+        ev = parse_event(d)
+        yield router.route(ev), ev
+
+
+def run(referee: Referee, pairs, publish=True, t0=1_000):
+    out = []
+    for i, (cohort, ev) in enumerate(pairs):
+        out.extend(referee.handle(cohort, ev, t0 + i, publish=publish).emissions)
+    return out
+
+
+def effective(emissions):
+    """Per job, the last control record among plans (what `traintrace plans` folds)."""
+    plans = {}
+    for em in emissions:
+        if em.topic == "control" and em.record in ("RollbackCommand", "QuarantineNotice", "PlanCleared"):
+            plans[em.key] = em
+    return {j: em.value["command_id"] for j, em in plans.items() if em.record != "PlanCleared"}
+
+
+def test_commands_are_the_plans_of_analyze():
+    for name in ("01_seed_example", "08_rollback_incarnations", "09_quarantine_finished", "14_pbt_cohort"):
+        lines = load_lines(name)
+        ref = Referee()
+        emissions = run(ref, routed_events(lines))
+        offline = CohortLineage()
+        offline.apply_many(parse_event(d) for d in lines)
+        want = {p["job_id"]: p["command_id"] for p in offline.final_state()["plans"]}
+        assert effective(emissions) == want, name
+
+
+def test_no_command_id_twice():
+    lines = load_lines("14_pbt_cohort")
+    emissions = run(Referee(), routed_events(lines))
+    ids = [em.value["command_id"] for em in emissions if em.topic == "control"]
+    assert len(ids) == len(set(ids))
+
+
+def test_replay_rebuilds_the_same_state_and_publishes_nothing_twice():
+    """A worker that replays the first part (publish=False, as after an assignment) and then
+    goes on emits exactly what a worker that saw everything emitted for the second part."""
+    pairs = list(routed_events(load_lines("14_pbt_cohort")))
+    cut = len(pairs) // 2
+    whole = Referee()
+    first = run(whole, pairs[:cut])
+    second = run(whole, pairs[cut:], t0=1_000 + cut)
+
+    recovered = Referee()
+    recovered.published |= {em.value["command_id"] for em in first if em.topic == "control"}
+    assert run(recovered, pairs[:cut], publish=False) == []
+    again = run(recovered, pairs[cut:], t0=1_000 + cut)
+    assert [(e.topic, e.key, e.record, e.value) for e in again] == [
+        (e.topic, e.key, e.record, e.value) for e in second]
+    assert recovered.final_state() == whole.final_state()
+
+
+def test_redelivered_events_are_dropped_and_commands_not_repeated():
+    pairs = list(routed_events(load_lines("01_seed_example")))
+    ref = Referee()
+    first = run(ref, pairs)
+    again = run(ref, pairs)
+    assert [e for e in again if e.topic == "control"] == []
+    assert ref.stats.duplicates == len(pairs)
+    assert len([e for e in first if e.record == "RollbackCommand"]) == 2
+
+
+def test_manifest_versions_count_up_and_keep_the_onset_snapshot():
+    pairs = list(routed_events(load_lines("14_pbt_cohort")))
+    emissions = run(Referee(), pairs)
+    versions = {}
+    for em in emissions:
+        if em.topic == "manifests":
+            x = em.value["incident_id"]
+            assert em.value["version"] == versions.get(x, 0) + 1
+            versions[x] = em.value["version"]
+            assert em.value["commitment_root"] and len(em.value["commitment_root"]) == 64
+    assert versions
+    first = {}
+    for em in emissions:
+        if em.topic == "manifests":
+            first.setdefault(em.key, em.value["concurrency_snapshot"])
+            assert em.value["concurrency_snapshot"] == first[em.key]
+
+
+def test_every_emission_encodes():
+    pairs = list(routed_events(load_lines("14_pbt_cohort")))
+    ref = Referee()
+    emissions = run(ref, pairs)
+    emissions += ref.tick(10**12, 0) + ref.commitments(10**12, force=True)
+    for em in emissions:
+        name, value = CODEC.decode_record(CODEC.encode_record(em.record, em.value))
+        assert name == em.record
+
+
+def test_grace_period_halts_and_unacknowledged_alert():
+    lines = load_lines("06_guard_untraceable")
+    ref = Referee(ack_timeout_ms=5_000)
+    run(ref, routed_events(lines), t0=0)
+    early = ref.tick(1_000, grace_ms=60_000)
+    assert not [e for e in early if e.record == "HaltCommand"]
+    late = ref.tick(10**9, grace_ms=60_000)
+    halts = [e for e in late if e.record == "HaltCommand"]
+    assert [(e.key, e.value["reason"]) for e in halts] == [("B", "UNTRACEABLE_SOURCE")]
+    assert any(e.record == "Alert" and e.value["kind"] == "COMMAND_UNACKNOWLEDGED" for e in late)
+    assert [e for e in ref.tick(2 * 10**9, grace_ms=60_000) if e.record in ("HaltCommand",)] == []
+
+
+def test_router_dead_letters_bad_records_and_routes_by_cohort():
+    lines = load_lines("07_ledger_gap_unregistered")
+    records = [RawRecord("lineage.events", 0, i, d["job_id"].encode(), CODEC.encode_event(d))
+               for i, d in enumerate(lines)]
+    records += [
+        RawRecord("lineage.events", 1, 0, b"x", b"\x7fgarbage"),
+        RawRecord("lineage.events", 1, 1, b"x", b""),
+        RawRecord("lineage.events", 1, 2, b"not-A", CODEC.encode_event(lines[0])),
+    ]
+    routed = Router(CODEC, {}).route(records, 5)
+    assert sorted(routed.batches) == ["", "c1"]
+    assert {len(v) for v in routed.batches.values()} and sum(len(v) for v in routed.batches.values()) == len(lines)
+    assert [d["error_kind"] for d in routed.dead] == ["BAD_MAGIC", "EMPTY", "WRONG_KEY"]
+    for d in routed.dead:
+        CODEC.decode_record(CODEC.encode_record("DeadLetter", d))
+
+
+def test_router_and_referee_over_generated_cohorts_equal_offline():
+    lines = list(generate_cohorts(jobs=60, cohort_size=12, steps=300, seed=5, divergence_rate=0.3,
+                                  exploit_every=20, exploit_prob=0.7, alias_prob=0.1))
+    records = [RawRecord("lineage.events", 0, i, d["job_id"].encode(), CODEC.encode_event(d))
+               for i, d in enumerate(lines)]
+    routed = Router(CODEC, {}).route(records, 0)
+    ref = Referee()
+    for cohort, evs in routed.batches.items():
+        for r in evs:
+            ref.handle(cohort, parse_event(CODEC.decode_event(r["value"])), 0)
+    offline = CohortLineage()
+    offline.apply_many(parse_event(d) for d in lines)
+    offline.finish_input()
+    for lin in ref.engines.values():
+        lin.finish_input()
+    assert ref.final_state() == offline.final_state()
