@@ -177,6 +177,9 @@ def _check(name: str, value: Any, kind: Any, nullable: bool) -> Any:
             raise InvalidEvent(name, f"must be a string, got {type(value).__name__}")
         if name in ("job_id", "checkpoint_id", "source_checkpoint_id", "cohort_id") and not value:
             raise InvalidEvent(name, "must not be empty")
+        if "\x00" in value:
+            # SPEC §10 separates the parts of every hash with 0x00: a part may not contain it
+            raise InvalidEvent(name, "must not contain a NUL character")
         return value
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
