@@ -145,10 +145,15 @@ def _replay_partition(settings: WorkerSettings, codec: Codec, referee: Referee, 
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
         position = start
+        idle_since = time.monotonic()
         while position < end:
-            msgs = consumer.consume(1000, timeout=5.0)
+            # consume() waits for the whole count or the timeout: keep the timeout short
+            msgs = consumer.consume(500, timeout=0.1)
             if not msgs:
-                raise RuntimeError(f"replay of {topic}[{partition}] stalled at offset {position} < {end}")
+                if time.monotonic() - idle_since > 30:
+                    raise RuntimeError(f"replay of {topic}[{partition}] stalled at offset {position} < {end}")
+                continue
+            idle_since = time.monotonic()
             for msg in msgs:
                 if msg.error():
                     if msg.error().code() == KafkaError._PARTITION_EOF:
@@ -212,10 +217,14 @@ def read_published_commands(settings: WorkerSettings, codec: Codec) -> set[str]:
                 ends[p] = hi
         consumer.assign([TopicPartition(topic, p, 0) for p in ends])
         done: set[int] = set()
+        idle_since = time.monotonic()
         while len(done) < len(ends):
-            msgs = consumer.consume(1000, timeout=5.0)
+            msgs = consumer.consume(500, timeout=0.1)
             if not msgs:
-                break
+                if time.monotonic() - idle_since > 30:
+                    raise RuntimeError(f"reading {topic} stalled")
+                continue
+            idle_since = time.monotonic()
             for msg in msgs:
                 if msg.error():
                     if msg.error().code() == KafkaError._PARTITION_EOF:
@@ -262,6 +271,7 @@ def create_app(settings: WorkerSettings) -> faust.App:
         datadir=str(settings.data_dir),
         web_enabled=settings.web_enabled,
         web_host=settings.web_host,
+        web_bind=settings.web_host,
         web_port=settings.web_port,
         key_serializer="raw",
         value_serializer="raw",
@@ -271,6 +281,10 @@ def create_app(settings: WorkerSettings) -> faust.App:
         broker_commit_interval=settings.commit_interval_s,
         stream_wait_empty=False,
         producer_acks=-1,
+        # a dead worker's partitions move to the others within seconds
+        broker_session_timeout=settings.session_timeout_s,
+        broker_heartbeat_interval=max(0.5, settings.session_timeout_s / 10),
+        broker_rebalance_timeout=max(20.0, settings.session_timeout_s * 2),
     )
     topics = settings.topics
     events_topic = app.topic(topics.events, key_serializer="raw", value_serializer="raw",
@@ -326,7 +340,9 @@ def create_app(settings: WorkerSettings) -> faust.App:
         if not mine:
             return
         loop = asyncio.get_running_loop()
+        log.info("assigned %s%s: fetching committed offsets", topics.by_cohort, mine)
         committed = await loop.run_in_executor(None, committed_offsets, settings, topics.by_cohort, mine)
+        log.info("committed offsets of %s: %s", topics.by_cohort, committed)
         async with lock:
             for p in mine:
                 if p not in position:

@@ -29,6 +29,8 @@ class WorkerSettings:
     commitment_interval_s: float = 10.0
     #: Faust: how often offsets are committed
     commit_interval_s: float = 1.0
+    #: Kafka group session timeout: how fast a dead worker's partitions move
+    session_timeout_s: float = 10.0
     #: batching of the agents (Stream.take_events)
     batch_max: int = 2000
     batch_within_s: float = 0.05
