@@ -33,5 +33,5 @@ class WorkerSettings:
     session_timeout_s: float = 10.0
     #: batching of the agents (Stream.take_events)
     batch_max: int = 2000
-    batch_within_s: float = 0.05
+    batch_within_s: float = 0.01
     loglevel: str = "info"

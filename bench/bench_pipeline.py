@@ -1,0 +1,272 @@
+"""Benchmark of the live pipeline (issue 4), in one run on the local broker.
+
+1. Throughput: N generated cohort events are put on a fresh ``lineage.events``; a raw
+   confluent-kafka consumer reads and decodes them all (the baseline rate); then ``--workers``
+   worker processes route and fold them. The fold rate is measured from the workers'
+   ``traintrace_events_folded_total`` between 10% and 90% of the events (start-up excluded).
+   Printed: events/s per worker and fold rate ÷ raw consume+decode rate.
+2. Latency: with the workers caught up, ``--incidents`` small cohorts are set up (A wrote
+   A-520 past its coming onset, B consumed it); then A's divergence event is produced and the
+   clock runs until the last RollbackCommand of the scope (A and B) is on ``lineage.control``.
+   Printed: p50 / p90 / p99 / max.
+
+Usage: python bench/bench_pipeline.py [--events 200000] [--workers 1] [--partitions 4] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+
+from streams.adapters.kafka import (  # noqa: E402
+    TopicNames,
+    client_logger,
+    consumer_config,
+    ensure_topics,
+    producer_config,
+    standard_topics,
+)
+from streams.codec import Codec  # noqa: E402
+from streams.testing.cohort import generate_cohorts  # noqa: E402
+from streams.testing.pipeline import WorkerProcess, wait_quiescent  # noqa: E402
+
+CODEC = Codec()
+
+
+def produce(bootstrap: str, topic: str, events) -> int:
+    p = Producer(producer_config(bootstrap, **{"linger.ms": 20, "batch.num.messages": 10000}))
+    n = 0
+    for d in events:
+        while True:
+            try:
+                p.produce(topic, key=d["job_id"].encode(), value=CODEC.encode_event(d))
+                break
+            except BufferError:
+                p.poll(0.05)
+        n += 1
+        if n % 5000 == 0:
+            p.poll(0)
+    p.flush(60)
+    return n
+
+
+def raw_consume_decode(bootstrap: str, topic: str, n: int) -> float:
+    c = Consumer(consumer_config(bootstrap, f"bench-raw-{uuid.uuid4().hex[:6]}", logger=client_logger))
+    md = c.list_topics(topic, timeout=10)
+    c.assign([TopicPartition(topic, p, 0) for p in md.topics[topic].partitions])
+    got = 0
+    t0 = None
+    while got < n:
+        msgs = c.consume(1000, timeout=1.0)
+        if t0 is None and msgs:
+            t0 = time.perf_counter()
+        for m in msgs:
+            if m.error():
+                continue
+            CODEC.decode_event(m.value())
+            got += 1
+    dt = time.perf_counter() - t0
+    c.close()
+    return n / dt
+
+
+def folded(workers) -> float:
+    total = 0.0
+    for w in workers:
+        try:
+            for line in w.get("/metrics").splitlines():
+                if line.startswith("traintrace_events_folded_total"):
+                    total += float(line.split()[-1])
+        except Exception:
+            pass
+    return total
+
+
+def throughput(bootstrap: str, args, tmp: Path) -> dict:
+    prefix = f"bench{uuid.uuid4().hex[:6]}."
+    topics = TopicNames.from_env(prefix)
+    ensure_topics(bootstrap, standard_topics(topics, args.partitions))
+    jobs = max(20, args.events // 100)
+    n = produce(bootstrap, topics.events, generate_cohorts(jobs=jobs, cohort_size=20, steps=800, seed=3))
+    raw = raw_consume_decode(bootstrap, topics.events, n)
+    app_id = f"bench-{prefix.rstrip('.')}"
+    workers = [WorkerProcess(bootstrap, prefix, app_id, tmp / f"tw{i}", args.partitions,
+                             extra_args=["--loglevel", "warn", *args.worker_args]).start()
+               for i in range(args.workers)]
+    try:
+        for w in workers:
+            w.wait_ready()
+        lo, hi = 0.1 * n, 0.9 * n
+        t_lo = t_hi = None
+        deadline = time.monotonic() + args.timeout
+        while time.monotonic() < deadline:
+            f = folded(workers)
+            now = time.perf_counter()
+            if t_lo is None and f >= lo:
+                t_lo, f_lo = now, f
+            if f >= hi:
+                t_hi, f_hi = now, f
+                break
+            time.sleep(0.05)
+        if t_lo is None or t_hi is None:
+            raise SystemExit("the workers did not fold the events in time")
+        rate = (f_hi - f_lo) / (t_hi - t_lo)
+        wait_quiescent(bootstrap, app_id, topics, timeout=args.timeout)
+    finally:
+        for w in workers:
+            w.kill()
+    return {"events": n, "jobs": jobs, "partitions": args.partitions, "workers": args.workers,
+            "raw_consume_decode_per_s": raw, "fold_per_s": rate, "fold_per_s_per_worker": rate / args.workers,
+            "ratio_fold_over_raw": rate / raw}
+
+
+def incident_events(k: int, t0: int):
+    """Cohort k: A and B. All but A's divergence event, then the divergence event."""
+    a, b, cohort = f"L{k}-A", f"L{k}-B", f"L{k}"
+    seq = {a: 0, b: 0}
+    ts = [t0]
+
+    def ev(job, etype, **f):
+        ts[0] += 1
+        d = {"type": etype, "job_id": job, "seq": seq[job], "incarnation": 0, "ts": ts[0], **f}
+        seq[job] += 1
+        return d
+
+    setup = [ev(a, "JobStarted", cohort_id=cohort, base_model="m", base_checkpoint_id=None, config_hash=None),
+             ev(b, "JobStarted", cohort_id=cohort, base_model="m", base_checkpoint_id=None, config_hash=None)]
+    for step in (480, 520):
+        setup.append(ev(a, "CheckpointWritten", checkpoint_id=f"{a}-{step}", step=step, epoch=0,
+                        content_hash=f"{k:08d}{step:056d}", uri="mem://"))
+    setup.append(ev(b, "CheckpointWritten", checkpoint_id=f"{b}-400", step=400, epoch=0,
+                    content_hash=f"{k:08d}{400:055d}b", uri="mem://"))
+    setup.append(ev(b, "CheckpointConsumed", source_checkpoint_id=f"{a}-520", step=500, mode="MERGE"))
+    setup.append(ev(b, "CheckpointWritten", checkpoint_id=f"{b}-540", step=540, epoch=0,
+                    content_hash=f"{k:08d}{540:055d}b", uri="mem://"))
+    trigger = ev(a, "DivergenceReported", onset_step=500, detector="bench", reason="bench")
+    return setup, trigger, {a, b}
+
+
+def latency(bootstrap: str, args, tmp: Path) -> dict:
+    prefix = f"lat{uuid.uuid4().hex[:6]}."
+    topics = TopicNames.from_env(prefix)
+    ensure_topics(bootstrap, standard_topics(topics, args.partitions))
+    app_id = f"lat-{prefix.rstrip('.')}"
+    workers = [WorkerProcess(bootstrap, prefix, app_id, tmp / f"lw{i}", args.partitions,
+                             extra_args=["--loglevel", "warn", *args.worker_args]).start()
+               for i in range(args.workers)]
+    seen: dict[str, float] = {}
+    stop = threading.Event()
+
+    def follow() -> None:
+        c = Consumer(consumer_config(bootstrap, f"bench-lat-{uuid.uuid4().hex[:6]}", logger=client_logger,
+                                     **{"fetch.wait.max.ms": 5}))
+        md = c.list_topics(topics.control, timeout=10)
+        c.assign([TopicPartition(topics.control, p, 0) for p in md.topics[topics.control].partitions])
+        while not stop.is_set():
+            m = c.poll(0.01)
+            if m is None or m.error():
+                continue
+            name, rec = CODEC.decode_record(m.value())
+            if name == "RollbackCommand":
+                seen.setdefault(rec["job_id"], time.perf_counter())
+        c.close()
+
+    th = threading.Thread(target=follow, daemon=True)
+    try:
+        for w in workers:
+            w.wait_ready()
+        th.start()
+        p = Producer(producer_config(bootstrap, **{"linger.ms": 0}))
+        lat = []
+        t0 = int(time.time() * 1000)
+        for k in range(args.incidents):
+            setup, trigger, scope = incident_events(k, t0 + k * 100)
+            for d in setup:
+                p.produce(topics.events, key=d["job_id"].encode(), value=CODEC.encode_event(d))
+            p.flush(10)
+            time.sleep(0.15)  # the set-up is folded before the divergence arrives
+            start = time.perf_counter()
+            p.produce(topics.events, key=trigger["job_id"].encode(), value=CODEC.encode_event(trigger))
+            p.flush(10)
+            deadline = time.monotonic() + 10
+            while not scope <= seen.keys() and time.monotonic() < deadline:
+                time.sleep(0.001)
+            if scope <= seen.keys():
+                lat.append(max(seen[j] for j in scope) - start)
+    finally:
+        stop.set()
+        for w in workers:
+            w.kill()
+    lat.sort()
+    q = statistics.quantiles(lat, n=100, method="inclusive") if len(lat) >= 2 else lat * 99
+    return {"incidents": args.incidents, "measured": len(lat), "p50_ms": 1000 * statistics.median(lat),
+            "p90_ms": 1000 * q[89], "p99_ms": 1000 * q[98], "max_ms": 1000 * lat[-1]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bootstrap", default=None)
+    ap.add_argument("--events", type=int, default=200_000)
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--incidents", type=int, default=100)
+    ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--worker-args", nargs="*", default=[])
+    ap.add_argument("--skip-throughput", action="store_true")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+
+    broker = None
+    bootstrap = args.bootstrap
+    if bootstrap is None:
+        from streams.adapters.broker import LocalBroker
+
+        broker = LocalBroker(Path(tempfile.mkdtemp(prefix="tt-bench-broker-")))
+        bootstrap = broker.start()
+    report = {}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            if not args.skip_throughput:
+                report["throughput"] = throughput(bootstrap, args, Path(tmp))
+            report["latency"] = latency(bootstrap, args, Path(tmp))
+    finally:
+        if broker is not None:
+            broker.stop()
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="traintrace live pipeline benchmark", title_justify="left")
+    t.add_column("measure")
+    t.add_column("value", justify="right")
+    t.add_column("goal", justify="right")
+    if "throughput" in report:
+        r = report["throughput"]
+        t.add_row("events", f"{r['events']:,} ({r['jobs']:,} jobs, {r['partitions']} partitions)", "")
+        t.add_row("raw confluent-kafka consume+decode", f"{r['raw_consume_decode_per_s']:,.0f} events/s", "")
+        t.add_row(f"fold rate, {r['workers']} worker(s)", f"{r['fold_per_s']:,.0f} events/s", "")
+        t.add_row("events/s per worker", f"{r['fold_per_s_per_worker']:,.0f}", ">= 20,000")
+        t.add_row("fold rate / raw consume+decode", f"{r['ratio_fold_over_raw']:.3f}", ">= 0.3")
+    r = report["latency"]
+    t.add_row("divergence -> last rollback command", f"p50 {r['p50_ms']:.0f} ms, p90 {r['p90_ms']:.0f} ms", "")
+    t.add_row("  p99 / max", f"{r['p99_ms']:.0f} ms / {r['max_ms']:.0f} ms ({r['measured']} incidents)",
+              "p99 <= 250 ms")
+    Console().print(t)
+
+
+if __name__ == "__main__":
+    main()
