@@ -25,7 +25,9 @@ from streams.cli.common import bootstrap_option, err_console, fail, resolve_boot
 @click.option("--store", type=click.Choice(["rocksdb", "memory"]), envvar="TRAINTRACE_STORE", default="rocksdb",
               show_default=True, help="Table store. [env TRAINTRACE_STORE]")
 @click.option("--web-port", type=click.IntRange(min=1, max=65535), envvar="TRAINTRACE_WEB_PORT", default=6066,
-              show_default=True, help="HTTP views and /metrics on 127.0.0.1. [env TRAINTRACE_WEB_PORT]")
+              show_default=True, help="Port of the HTTP views and /metrics. [env TRAINTRACE_WEB_PORT]")
+@click.option("--web-host", envvar="TRAINTRACE_WEB_HOST", default="127.0.0.1", show_default=True,
+              help="Address the HTTP views bind to. [env TRAINTRACE_WEB_HOST]")
 @click.option("--grace-seconds", type=click.FloatRange(min=0), envvar="TRAINTRACE_GRACE_SECONDS", default=30.0,
               show_default=True,
               help="How long a consumed checkpoint may stay unrecorded before its job is halted. "
@@ -40,7 +42,7 @@ from streams.cli.common import bootstrap_option, err_console, fail, resolve_boot
 @click.option("--loglevel", type=click.Choice(["crit", "error", "warn", "info", "debug"]),
               envvar="TRAINTRACE_LOGLEVEL", default="info", show_default=True)
 @core_options
-def worker(bootstrap, topic_prefix, app_id, partitions, data_dir, store, web_port, grace_seconds, ack_timeout,
+def worker(bootstrap, topic_prefix, app_id, partitions, data_dir, store, web_port, web_host, grace_seconds, ack_timeout,
            commitment_interval, commit_interval, loglevel, window, spike_factor, taint_margin) -> None:
     """Run a processor worker: route lineage.events by cohort, fold each cohort through the
     lineage core, publish commands, manifests, alerts and commitments.
@@ -61,14 +63,14 @@ def worker(bootstrap, topic_prefix, app_id, partitions, data_dir, store, web_por
     settings = WorkerSettings(
         bootstrap=bootstrap, topics=topics, app_id=app_id, partitions=partitions,
         data_dir=data_dir or Path(f".traintrace/worker-{web_port}"),
-        store=f"{store}://", web_port=web_port,
+        store=f"{store}://", web_port=web_port, web_host=web_host,
         core=Config(window=window, spike_factor=spike_factor, taint_margin=taint_margin),
         grace_ms=int(grace_seconds * 1000), ack_timeout_ms=int(ack_timeout * 1000),
         commitment_interval_s=commitment_interval, commit_interval_s=commit_interval, loglevel=loglevel,
     )
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     err_console.print(f"traintrace worker: Kafka {bootstrap}, topics {topics.events} -> {topics.control}, "
-                      f"web http://127.0.0.1:{web_port}, data {settings.data_dir}", highlight=False)
+                      f"web http://{web_host}:{web_port}, data {settings.data_dir}", highlight=False)
     run_worker(settings)
 
 
