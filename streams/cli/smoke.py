@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 import uuid
 
@@ -18,13 +19,17 @@ from streams.service.smoke import SmokeError, run_smoke
 @bootstrap_option
 @click.option("--partitions", type=click.IntRange(min=1), default=3, show_default=True,
               help="Partitions of the smoke topic.")
+@click.option("--live/--no-live", default=True, show_default=True,
+              help="Also run the live pipeline: a real worker folds the example and publishes its commands.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def smoke(bootstrap: str | None, partitions: int, as_json: bool) -> None:
+def smoke(bootstrap: str | None, partitions: int, live: bool, as_json: bool) -> None:
     """Round-trip the SPEC §12 worked example through a real Kafka broker and fold it.
 
     Starts the local broker unless KAFKA_BOOTSTRAP_SERVERS (or --bootstrap) names one, creates a
     fresh topic, produces every event Avro-encoded (single-object encoding) keyed by job_id,
-    consumes them back, checks they are equal, and prints what the lineage core decides.
+    consumes them back, checks they are equal, and prints what the lineage core decides. With
+    --live (the default) it then starts a real processor worker on fresh topics, publishes the
+    example to lineage.events and reads the commands the worker put on lineage.control.
     """
     console = Console()
     bootstrap, started = resolve_bootstrap(bootstrap)
@@ -35,9 +40,29 @@ def smoke(bootstrap: str | None, partitions: int, as_json: bool) -> None:
     except SmokeError as exc:
         fail(str(exc), 1)
     elapsed = time.perf_counter() - t
+    live_result = None
+    if live:
+        import tempfile
+
+        from streams.service.smoke import run_live
+
+        with tempfile.TemporaryDirectory(prefix="traintrace-smoke-") as tmp:
+            try:
+                if as_json:
+                    live_result = run_live(bootstrap, tmp)
+                else:
+                    with console.status("live pipeline: starting a worker, publishing, waiting for its commands"):
+                        live_result = run_live(bootstrap, tmp)
+            except SmokeError as exc:
+                fail(str(exc), 1)
     if as_json:
-        click.echo(json.dumps({"bootstrap": bootstrap, "topic": topic, "seconds": elapsed,
-                               **result.summary()}, indent=2, sort_keys=True))
+        out = {"bootstrap": bootstrap, "topic": topic, "seconds": elapsed, **result.summary()}
+        if live_result is not None:
+            out["live"] = {"plans": live_result.plans, "halts": live_result.halts,
+                           "manifests": live_result.manifests, "commitments": live_result.commitments,
+                           "seconds_to_quiescence": live_result.seconds_to_quiescence,
+                           "equal_to_offline": live_result.equal_to_offline}
+        click.echo(json.dumps(out, indent=2, sort_keys=True))
         return
     console.print(f"Kafka at [bold]{bootstrap}[/bold]" + (" (started now)" if started else ""))
     table = Table(title=f"Round trip through {topic}", title_justify="left")
@@ -52,5 +77,20 @@ def smoke(bootstrap: str | None, partitions: int, as_json: bool) -> None:
     from streams.cli.analyze import render
 
     render(console, result.final, result.consumed, 0)
+    if live_result is not None:
+        table = Table(title="Live pipeline: commands a real worker published on lineage.control",
+                      title_justify="left")
+        for col in ("job", "inc", "action", "target", "command"):
+            table.add_column(col)
+        for p in live_result.plans:
+            table.add_row(p["job_id"], str(p["incarnation"]), p["action"], p["target_checkpoint_id"] or "",
+                          p["command_id"][:12])
+        console.print(table)
+        verdict = "[green]equal to the offline fold[/green]" if live_result.equal_to_offline else \
+            "[red]DIFFERENT from the offline fold[/red]"
+        console.print(f"{live_result.manifests} manifest version(s), {live_result.commitments} commitment(s); "
+                      f"quiescent {live_result.seconds_to_quiescence:.1f}s after publishing; {verdict}")
+        if not live_result.equal_to_offline:
+            sys.exit(1)
     if started:
         console.print("[dim]The local broker keeps running; stop it with `traintrace broker stop`.[/dim]")

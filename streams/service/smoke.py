@@ -101,3 +101,60 @@ def run_smoke(bootstrap: str, topic: str, partitions: int = 3, timeout: float = 
         by_type={t: (produced[t], equal[t]) for t in produced},
         final=lineage.final_state(),
     )
+
+
+@dataclass
+class LiveResult:
+    plans: list[dict[str, Any]]
+    halts: list[dict[str, Any]]
+    manifests: int
+    commitments: int
+    seconds_to_quiescence: float
+    equal_to_offline: bool
+
+
+def run_live(bootstrap: str, data_dir: str, partitions: int = 3, timeout: float = 120.0) -> LiveResult:
+    """Start one real processor worker on fresh topics, publish the worked example to
+    lineage.events, wait until the worker has committed everything, and read the effective
+    plans back from lineage.control."""
+    import time
+    import uuid
+    from pathlib import Path
+
+    from streams.adapters.kafka import TopicNames, standard_topics
+    from streams.adapters.reader import read_to_end
+    from streams.core.cohorts import CohortLineage
+    from streams.service.operators import effective_plans
+    from streams.testing.pipeline import WorkerProcess, wait_quiescent
+
+    codec = Codec()
+    prefix = f"smoke{uuid.uuid4().hex[:8]}."
+    topics = TopicNames.from_env(prefix)
+    ensure_topics(bootstrap, standard_topics(topics, partitions))
+    worker = WorkerProcess(bootstrap, prefix, f"traintrace-smoke-{prefix.rstrip('.')}",
+                           Path(data_dir) / "worker", partitions,
+                           extra_args=["--commit-interval", "0.2", "--loglevel", "warn"]).start()
+    try:
+        worker.wait_ready(timeout)
+        events = worked_example()
+        producer = Producer(producer_config(bootstrap))
+        t = time.perf_counter()
+        for ev in events:
+            producer.produce(topics.events, key=ev["job_id"].encode(), value=codec.encode_event(ev))
+        if producer.flush(30) > 0:
+            raise SmokeError("could not deliver the events")
+        wait_quiescent(bootstrap, worker.app_id, topics, timeout=timeout, settle=0.5)
+        elapsed = time.perf_counter() - t
+        live = effective_plans(bootstrap, topics, codec)
+        offline = CohortLineage()
+        offline.apply_many(parse_event(e) for e in events)
+        offline.finish_input()
+        want = [(p["job_id"], p["command_id"]) for p in offline.final_state()["plans"]]
+        got = [(p["job_id"], p["command_id"]) for p in live["plans"]]
+        manifests = sum(1 for _ in read_to_end(bootstrap, topics.manifests))
+        commitments = sum(1 for _ in read_to_end(bootstrap, topics.commitments))
+        return LiveResult(live["plans"], live["halts"], manifests, commitments, elapsed, got == want)
+    except TimeoutError as exc:
+        raise SmokeError(f"{exc}\n{worker.log_tail()}") from exc
+    finally:
+        worker.stop()

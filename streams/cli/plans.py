@@ -1,0 +1,82 @@
+"""``traintrace plans``: the plans and halts in force, folded from the control topic."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from streams.cli.publish import (
+    bootstrap_option,
+    operator_errors,
+    read_bootstrap,
+    topic_prefix_option,
+    topics_for,
+)
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True,
+              help='Print {"plans": [...], "halts": [...]} (sorted by job_id; the plan shape of '
+                   "SPEC §11 plus command_id).")
+@bootstrap_option
+@topic_prefix_option
+def plans(as_json: bool, bootstrap: str | None, topic_prefix: str | None) -> None:
+    """Show the rollback plans and halts in force on the live pipeline.
+
+    Reads the control topic from the beginning to its current end (no consumer group, nothing
+    committed) and keeps, per job, the last RollbackCommand / QuarantineNotice / PlanCleared
+    (a PlanCleared means no plan; a superseded command is folded away) and the last
+    HaltCommand (reason RELEASE means released). Records that do not decode are counted on
+    stderr and otherwise ignored. Exit 2 when the broker or the topic is missing.
+    """
+    bootstrap = read_bootstrap(bootstrap)
+    topics = topics_for(topic_prefix)
+    from streams.codec import Codec
+    from streams.service.operators import read_control
+
+    with operator_errors():
+        state = read_control(bootstrap, topics, Codec())
+    err = Console(stderr=True)
+    if state.undecodable:
+        reasons = ", ".join(f"{r} {n}" for r, n in sorted(state.undecodable_reasons.items()))
+        err.print(f"[yellow]warning:[/yellow] {state.undecodable} record(s) of {topics.control} "
+                  f"could not be decoded and were ignored ({reasons})", highlight=False, soft_wrap=True)
+    result = state.to_dict()
+    if as_json:
+        click.echo(json.dumps(result, indent=2, sort_keys=True))
+        return
+    render(Console(), result, topics.control, state.records)
+
+
+def render(console: Console, result: dict[str, Any], topic: str, records: int) -> None:
+    console.print(f"[bold]{records}[/bold] control record(s) read from {topic}")
+    if result["plans"]:
+        table = Table(title="Plans in force", title_justify="left")
+        for col in ("job", "inc", "action", "target", "step", "incidents", "command"):
+            table.add_column(col)
+        for p in result["plans"]:
+            target = p["target_checkpoint_id"] or ""
+            if p["action"] == "QUARANTINE":
+                target = ", ".join(p.get("quarantined_checkpoint_ids", []))
+            colour = {"ROLLBACK": "yellow", "QUARANTINE": "magenta"}.get(p["action"], "red")
+            table.add_row(p["job_id"], str(p["incarnation"]), f"[{colour}]{p['action']}[/]", target,
+                          "" if p["target_step"] is None else str(p["target_step"]),
+                          ", ".join(i[:12] for i in p["incident_ids"]), p["command_id"][:12])
+        console.print(table)
+    else:
+        console.print("[green]No plan in force.[/green]")
+    if result["halts"]:
+        table = Table(title="Halted jobs", title_justify="left")
+        table.add_column("job")
+        table.add_column("reason", style="red")
+        table.add_column("detail")
+        for h in result["halts"]:
+            table.add_row(h["job_id"], h["reason"], h.get("detail") or "")
+        console.print(table)
+        console.print("[dim]Release a job with `traintrace release JOB`.[/dim]")
+    else:
+        console.print("[green]No job halted.[/green]")

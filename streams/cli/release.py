@@ -1,0 +1,60 @@
+"""``traintrace release``: an operator releases a halted job."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+
+from streams.cli.publish import (
+    bootstrap_option,
+    operator_errors,
+    read_bootstrap,
+    topic_prefix_option,
+    topics_for,
+)
+
+
+@click.command()
+@click.argument("job")
+@click.option("--operator", default=None, metavar="NAME",
+              help="Who releases, recorded in the command's detail. [default: $USER]")
+@click.option("--cohort", "cohort_id", default=None, metavar="COHORT",
+              help="The job's cohort_id, recorded in the command.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the HaltCommand produced and the halt it lifts as JSON.")
+@bootstrap_option
+@topic_prefix_option
+def release(job: str, operator: str | None, cohort_id: str | None, as_json: bool,
+            bootstrap: str | None, topic_prefix: str | None) -> None:
+    """Release the halted job JOB.
+
+    Produces a HaltCommand with reason RELEASE to the control topic, keyed by JOB (command_id
+    = SHA-256 over "RELEASE", JOB and the issue time, SPEC §10 encoding); the job then counts as
+    released in `traintrace plans` until a later halt. The halt in force is looked up first and
+    reported; a job that is not halted is released anyway (a no-op for the pipeline). Exit 2
+    when the broker or the topic is missing.
+    """
+    bootstrap = read_bootstrap(bootstrap)
+    topics = topics_for(topic_prefix)
+    from streams.codec import Codec
+    from streams.service.operators import read_control, release_job
+
+    codec = Codec()
+    with operator_errors():
+        before = read_control(bootstrap, topics, codec).halts.get(job)
+        record = release_job(bootstrap, topics, job, operator=operator, cohort_id=cohort_id,
+                             codec=codec)
+    if as_json:
+        click.echo(json.dumps({"released": record, "was_halted": before is not None,
+                               "previous_halt": before}, indent=2, sort_keys=True))
+        return
+    console = Console()
+    if before is None:
+        console.print(f"[yellow]{job} was not halted[/yellow]; release recorded anyway "
+                      f"(command {record['command_id'][:12]} on {topics.control})", highlight=False)
+    else:
+        console.print(f"[green]released[/green] [bold]{job}[/bold] (was halted "
+                      f"{before['reason']}: {before['detail']}); command "
+                      f"{record['command_id'][:12]} on {topics.control}", highlight=False)
