@@ -310,14 +310,17 @@ def create_app(settings: WorkerSettings) -> faust.App:
     }
 
     async def catch_up(partition: int, end: int) -> None:
+        """Take over a by-cohort partition: learn every command id already published (a
+        previous owner may have published for offsets it never committed), then replay the
+        partition up to ``end`` without publishing."""
+        loop = asyncio.get_running_loop()
+        if partition not in position:
+            referee.published |= await loop.run_in_executor(None, read_published_commands, settings, codec)
         start = position.get(partition, 0)
         if end <= start:
             position.setdefault(partition, start)
             return
-        loop = asyncio.get_running_loop()
         t = time.perf_counter()
-        published = await loop.run_in_executor(None, read_published_commands, settings, codec)
-        referee.published |= published
         n = await loop.run_in_executor(None, _replay_partition, settings, codec, referee, partition, start, end)
         position[partition] = end
         metrics.REPLAYED.inc(n)
