@@ -199,16 +199,18 @@ def _fold_batch_value(codec: Codec, referee: Referee, value: bytes, partition: i
     return n, out
 
 
-def read_published_commands(settings: WorkerSettings, codec: Codec) -> set[str]:
-    """Every command_id already on ``lineage.control`` (read to its end)."""
+def read_published_commands(settings: WorkerSettings, codec: Codec) -> tuple[set[str], dict[str, tuple[str, str]]]:
+    """Every command_id already on ``lineage.control`` (read to its end), and the last plan
+    record of each job (job_id -> (record name, command_id))."""
     topic = settings.topics.control
     consumer = Consumer(consumer_config(settings.bootstrap, f"{settings.app_id}-published",
                                         **{"enable.partition.eof": True}))
     ids: set[str] = set()
+    last_plan: dict[str, tuple[str, str]] = {}
     try:
         md = consumer.list_topics(topic, timeout=30)
         if topic not in md.topics:
-            return ids
+            return ids, last_plan
         parts = list(md.topics[topic].partitions)
         ends = {}
         for p in parts:
@@ -233,15 +235,17 @@ def read_published_commands(settings: WorkerSettings, codec: Codec) -> set[str]:
                 if msg.offset() + 1 >= ends[msg.partition()]:
                     done.add(msg.partition())
                 try:
-                    _name, rec = codec.decode_record(msg.value())
+                    name, rec = codec.decode_record(msg.value())
                 except DecodeError:
                     continue
                 cid = rec.get("command_id")
                 if cid:
                     ids.add(cid)
+                if name in ("RollbackCommand", "QuarantineNotice", "PlanCleared"):
+                    last_plan[rec["job_id"]] = (name, cid)
     finally:
         consumer.close()
-    return ids
+    return ids, last_plan
 
 
 def committed_offsets(settings: WorkerSettings, topic: str, partitions: list[int]) -> dict[int, int]:
@@ -314,8 +318,9 @@ def create_app(settings: WorkerSettings) -> faust.App:
         previous owner may have published for offsets it never committed), then replay the
         partition up to ``end`` without publishing."""
         loop = asyncio.get_running_loop()
-        if partition not in position:
-            referee.published |= await loop.run_in_executor(None, read_published_commands, settings, codec)
+        if partition not in position:  # a takeover: learn what a previous owner published
+            published, _last = await loop.run_in_executor(None, read_published_commands, settings, codec)
+            referee.published |= published
         start = position.get(partition, 0)
         if end <= start:
             position.setdefault(partition, start)
@@ -324,14 +329,26 @@ def create_app(settings: WorkerSettings) -> faust.App:
         n = await loop.run_in_executor(None, _replay_partition, settings, codec, referee, partition, start, end)
         position[partition] = end
         metrics.REPLAYED.inc(n)
-        log.info("rebuilt %s[%d] from offsets %d..%d: %d events in %.2fs", topics.by_cohort, partition,
-                 start, end, n, time.perf_counter() - t)
+        # publish what the rebuilt state holds and lineage.control lacks (a previous owner may
+        # have committed offsets whose commands never got out)
+        published, last_plan = await loop.run_in_executor(None, read_published_commands, settings, codec)
+        referee.published |= published
+        missing = referee.reconcile(partition, last_plan, now_ms())
+        for em in missing:
+            outbox.emit(em)
+        if missing:
+            await outbox.flush()
+        log.info("rebuilt %s[%d] from offsets %d..%d: %d events in %.2fs; %d record(s) reconciled",
+                 topics.by_cohort, partition, start, end, n, time.perf_counter() - t, len(missing))
+
+    owned: set[int] = set()  # by-cohort partitions assigned to this worker, from the signals
 
     @app.on_partitions_revoked.connect
     async def on_revoked(app_, revoked, **kwargs) -> None:
         async with lock:
             for tp in revoked:
                 if tp.topic == topics.by_cohort:
+                    owned.discard(tp.partition)
                     referee.drop_partition(tp.partition)
                     position.pop(tp.partition, None)
                 elif tp.topic == topics.events:
@@ -340,6 +357,7 @@ def create_app(settings: WorkerSettings) -> faust.App:
     @app.on_partitions_assigned.connect
     async def on_assigned(app_, assigned, **kwargs) -> None:
         mine = sorted(tp.partition for tp in assigned if tp.topic == topics.by_cohort)
+        owned.update(mine)
         if not mine:
             return
         loop = asyncio.get_running_loop()
@@ -394,8 +412,13 @@ def create_app(settings: WorkerSettings) -> faust.App:
     async def _decide_batch(batch) -> None:
         async with lock:
             out: list[Emission] = []
+            # a batch taken before a rebalance may hold records of partitions this worker no
+            # longer owns: skip them, their new owner folds them (their commit is discarded)
             for e in batch:
                 p, o = e.message.partition, e.message.offset
+                if p not in owned:
+                    metrics.STALE.inc()
+                    continue
                 if p not in position or o > position[p]:
                     await catch_up(p, o)
                 if o < position[p]:

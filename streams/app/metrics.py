@@ -12,6 +12,9 @@ FOLDED = Counter("traintrace_events_folded_total", "Routed events folded by the 
                  registry=REGISTRY)
 REPLAYED = Counter("traintrace_events_replayed_total", "Events folded again to rebuild state after an assignment",
                    registry=REGISTRY)
+STALE = Counter("traintrace_stale_records_skipped_total",
+                "Records of a partition revoked while they waited in a batch (their new owner folds them)",
+                registry=REGISTRY)
 DLQ = Counter("traintrace_dead_letters_total", "Records sent to the dead-letter topic", ["error_kind"],
               registry=REGISTRY)
 EMITTED = Counter("traintrace_records_emitted_total", "Records published, by record type", ["record"],

@@ -145,6 +145,10 @@ class Referee:
         return Handled(result, self._dedupe(out, publish))
 
     def _dedupe(self, out: list[R.Emission], publish: bool) -> list[R.Emission]:
+        """Drop what is not to be published: everything in a replay (its state is reconciled
+        afterwards, see :meth:`reconcile`), and commands already on ``lineage.control``."""
+        if not publish:
+            return []
         kept: list[R.Emission] = []
         for em in out:
             cid = em.command_id
@@ -152,10 +156,59 @@ class Referee:
                 if cid in self.published:
                     continue
                 self.published.add(cid)
-            if publish:
-                kept.append(em)
-                self._count(em)
+            kept.append(em)
+            self._count(em)
         return kept
+
+    def reconcile(self, partition: int, last_plan: dict[str, tuple[str, str]], now_ms: int) -> list[R.Emission]:
+        """After a replay: publish what the rebuilt state holds and ``lineage.control`` lacks.
+
+        A previous owner may have died (or lost the partition) after some of its offsets were
+        committed but before their commands were out; the replay rebuilt the state without
+        publishing, so compare: every job's current plan (or its end), every halt, and the
+        current version of every incident's manifest. ``last_plan`` is the last plan record per
+        job on ``lineage.control``: job_id -> (record name, command_id).
+        """
+        out: list[R.Emission] = []
+        for cohort in sorted(c for c, p in self.partition_of.items() if p == partition):
+            lin = self.engines[cohort]
+            root: list[str | None] = []
+
+            def current_root() -> str | None:
+                if not root:
+                    root.append(commitment_root(lin))
+                return root[0]
+
+            for job_id in sorted(lin.state.jobs):
+                job = lin.state.jobs[job_id]
+                plan = lin.plans.get(job_id)
+                last = last_plan.get(job_id)
+                inc = job.current.number if job.current is not None else 0
+                if plan is not None and plan["command_id"] not in self.published:
+                    d = PlanChanged(job_id, plan, last[1] if last and last[0] != "PlanCleared" else None)
+                    em = R.plan_emission(d, job.cohort_id, inc, now_ms, current_root())
+                    if em is not None:
+                        out.append(em)
+                elif plan is None and last is not None and last[0] != "PlanCleared":
+                    em = R.plan_emission(PlanChanged(job_id, None, last[1]), job.cohort_id, inc, now_ms, None)
+                    if em is not None and em.value["command_id"] not in self.published:
+                        out.append(em)
+                reason = job.halt_reason
+                if reason is not None and job_id in lin._halted:
+                    from streams.core.decide import halt_command_id
+
+                    cid = halt_command_id(job_id, reason)
+                    first = next(iter(job.halt_reasons))
+                    if cid not in self.published and halt_command_id(job_id, first) not in self.published:
+                        out.append(R.halt_emission(HaltIssued(job_id, job.cohort_id, first, job.halt_reasons[first],
+                                                              halt_command_id(job_id, first)), now_ms))
+            for x in sorted(lin.incidents):
+                view = lin.incidents[x]
+                version = self.versions.get(x, 1)
+                snap = self.snapshots.get(x) or concurrency_snapshot(lin)
+                out.append(R.manifest_emission(IncidentChanged(x, "UPDATED", view), version, snap, now_ms,
+                                               current_root()))
+        return self._dedupe(out, True)
 
     def _count(self, em: R.Emission) -> None:
         if em.topic == "control":

@@ -38,7 +38,8 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if external:
         yield external
         return
-    broker = LocalBroker(tmp_path_factory.mktemp("kafka-broker"), die_with_parent=True)
+    keep = bool(os.environ.get("TRAINTRACE_KEEP_BROKER"))  # debugging: inspect the topics afterwards
+    broker = LocalBroker(tmp_path_factory.mktemp("kafka-broker"), die_with_parent=not keep)
     try:
         bootstrap = broker.start(timeout=float(os.environ.get("TRAINTRACE_BROKER_TIMEOUT", "90")))
     except (JavaMissing, MavenMissing) as exc:
@@ -48,7 +49,11 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         yield bootstrap
     finally:
-        broker.stop(timeout=30)
+        if keep:
+            with open(os.environ["TRAINTRACE_KEEP_BROKER"], "w") as fh:
+                fh.write(f"{bootstrap} {broker.data_dir}\n")
+        else:
+            broker.stop(timeout=30)
 
 
 @pytest.fixture(scope="session")

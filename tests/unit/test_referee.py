@@ -157,3 +157,35 @@ def test_router_and_referee_over_generated_cohorts_equal_offline():
     for lin in ref.engines.values():
         lin.finish_input()
     assert ref.final_state() == offline.final_state()
+
+
+def test_reconcile_publishes_what_a_dead_owner_never_sent():
+    """A previous owner folded everything but its commands for a stretch of offsets never got
+    out (it died after the commit); the new owner replays without publishing, then reconciles
+    with what lineage.control holds: the effective plans end up those of the offline fold."""
+    pairs = list(routed_events(load_lines("14_pbt_cohort")))
+    old = Referee()
+    sent = []
+    for i, (cohort, ev) in enumerate(pairs):
+        out = old.handle(cohort, ev, i, partition=0).emissions
+        if not (len(pairs) // 3 <= i < 2 * len(pairs) // 3):  # the lost stretch
+            sent.extend(out)
+    new = Referee()
+    for i, (cohort, ev) in enumerate(pairs):
+        assert new.handle(cohort, ev, i, partition=0, publish=False).emissions == []
+    control = [e for e in sent if e.topic == "control"]
+    new.published |= {e.value["command_id"] for e in control}
+    last_plan = {}
+    for e in control:
+        if e.record in ("RollbackCommand", "QuarantineNotice", "PlanCleared"):
+            last_plan[e.key] = (e.record, e.value["command_id"])
+    fixed = new.reconcile(0, last_plan, 10**9)
+    offline = CohortLineage()
+    offline.apply_many(parse_event(d) for d in load_lines("14_pbt_cohort"))
+    want = {p["job_id"]: p["command_id"] for p in offline.final_state()["plans"]}
+    assert effective(control + fixed) == want
+    assert any(e.topic == "manifests" for e in fixed)
+    ids = [e.value["command_id"] for e in control + fixed if e.topic == "control"]
+    assert len(ids) == len(set(ids))
+    # a second reconcile has nothing left to send but the (idempotent) manifests
+    assert [e for e in new.reconcile(0, last_plan, 10**9) if e.topic == "control"] == []
