@@ -1,0 +1,237 @@
+"""Benchmark of the training-job client (streams.client): its overhead per training step.
+
+A "training step" is a numpy matrix multiply sized (calibrated at start) to take about
+``--step-ms`` (75 ms). Three loops of ``--steps`` steps each, interleaved step by step (the machine is shared):
+
+1. ``bare``: the step alone;
+2. ``progress``: the step plus ``client.progress(...)`` (event built, chained, Avro-encoded,
+   journaled with fsync, handed to the idempotent producer);
+3. ``progress+checkpoint``: the same plus, every step, ``client.checkpoint_written(...)`` of a
+   ``--ckpt-mb`` (100) MB file written once beforehand (so the cost is the streamed SHA-256 of
+   100 MB from the page cache, plus one more event).
+
+Also the client's cost alone: ``progress()`` per call (µs, over ``--events`` calls) and the
+hashing throughput. Events go to a real broker (``--bootstrap`` or ``KAFKA_BOOTSTRAP_SERVERS``,
+else a LocalBroker started in a temporary directory) on fresh topics; every run ends with a
+flush (all events acknowledged).
+
+Reported: wall ms per step of each loop (mean, median, p90) and its ratio to the bare step,
+and, measured directly, the ms spent inside the client's calls per step.
+
+Usage: python bench/bench_client.py [--steps 30] [--step-ms 75] [--ckpt-mb 100] [--events 5000]
+                                    [--matmul-n N] [--bootstrap HOST:PORT] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import numpy as np  # noqa: E402
+
+from streams.adapters.kafka import TopicNames, ensure_topics, standard_topics  # noqa: E402
+from streams.client import JobClient, hash_path  # noqa: E402
+
+
+class _Broker:
+    def __init__(self, bootstrap: str | None) -> None:
+        self.bootstrap = bootstrap or os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip() or None
+        self.broker = None
+        self.tmp: tempfile.TemporaryDirectory | None = None
+        self.note = "given broker"
+
+    def __enter__(self) -> "_Broker":
+        if self.bootstrap is None:
+            from streams.adapters.broker import LocalBroker
+
+            self.tmp = tempfile.TemporaryDirectory(prefix="tt-bench-client-broker-")
+            self.broker = LocalBroker(self.tmp.name, die_with_parent=True)
+            self.bootstrap = self.broker.start(timeout=120)
+            self.note = "LocalBroker started for this run"
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.broker is not None:
+            self.broker.stop()
+        if self.tmp is not None:
+            self.tmp.cleanup()
+
+
+def calibrate(step_ms: float, fixed_n: int | None = None) -> tuple[int, Any]:
+    """(n, step) where step() multiplies two n×n float32 matrices in about ``step_ms`` ms
+    (the median of 5 runs decides; ``fixed_n`` skips the calibration)."""
+    rng = np.random.default_rng(0)
+    n = fixed_n or 256
+    while True:
+        a = rng.standard_normal((n, n), dtype=np.float32)
+        b = rng.standard_normal((n, n), dtype=np.float32)
+        a @ b
+        runs = []
+        for _ in range(5):
+            t = time.perf_counter()
+            a @ b
+            runs.append((time.perf_counter() - t) * 1000)
+        ms = statistics.median(runs)
+        if fixed_n or ms >= step_ms * 0.9 or n >= 8192:
+            break
+        n = int(n * min(2.0, max(1.05, (step_ms / max(ms, 0.01)) ** (1 / 3))))
+    state = {"a": a, "b": b}
+
+    def step() -> float:
+        c = state["a"] @ state["b"]
+        return float(c[0, 0])
+
+    return n, step
+
+
+def loop(step, steps: int, client: JobClient | None, ckpt: Path | None, tag: str, offset: int,
+         inside: list[float] | None = None) -> list[float]:
+    """Wall ms per step (step + client calls); ``inside`` gets the ms spent in the client calls."""
+    times = []
+    for i in range(steps):
+        s = offset + i
+        t = time.perf_counter()
+        x = step()
+        if client is not None:
+            t1 = time.perf_counter()
+            client.progress(s, 0, abs(x) % 10 + 0.1, grad_norm=1.0, lr=1e-4)
+            if ckpt is not None:
+                client.checkpoint_written(f"{client.job_id}-{tag}-{s}", ckpt, s, 0)
+            if inside is not None:
+                inside.append((time.perf_counter() - t1) * 1000)
+        times.append((time.perf_counter() - t) * 1000)
+    return times
+
+
+def summary(times: list[float]) -> dict[str, float]:
+    return {"mean_ms": round(statistics.fmean(times), 2), "median_ms": round(statistics.median(times), 2),
+            "p90_ms": round(sorted(times)[int(0.9 * (len(times) - 1))], 2)}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    n, step = calibrate(args.step_ms, args.matmul_n)
+    with _Broker(args.bootstrap) as broker, tempfile.TemporaryDirectory(prefix="tt-bench-client-") as tmp:
+        tmpd = Path(tmp)
+        topics = TopicNames.from_env(f"bench{uuid.uuid4().hex[:8]}.")
+        ensure_topics(broker.bootstrap, standard_topics(topics, 2))
+        ckpt = tmpd / "ckpt.bin"
+        with open(ckpt, "wb") as fh:
+            chunk = os.urandom(1 << 20)
+            for _ in range(args.ckpt_mb):
+                fh.write(chunk)
+        hash_path(ckpt)  # warm the page cache
+        t = time.perf_counter()
+        hash_path(ckpt)
+        hash_s = time.perf_counter() - t
+
+        client = JobClient("bench-job", "bench", "numpy", journal_dir=tmpd / "journal",
+                           bootstrap=broker.bootstrap, topics=topics)
+        try:
+            client.start()
+            # the client alone: progress() per call
+            t = time.perf_counter()
+            for i in range(args.events):
+                client.progress(i, 0, 1.0, grad_norm=1.0, lr=1e-4)
+            per_event_us = (time.perf_counter() - t) / args.events * 1e6
+            client.flush(120)
+
+            loop(step, 3, None, None, "warm", 0)
+            # the three loops interleaved step by step, so a change in the machine's load
+            # (it is shared) affects them alike
+            bare: list[float] = []
+            prog: list[float] = []
+            both: list[float] = []
+            in_prog: list[float] = []
+            in_both: list[float] = []
+            for i in range(args.steps):
+                bare += loop(step, 1, None, None, "bare", i)
+                prog += loop(step, 1, client, None, "p", 10_000 + i, in_prog)
+                both += loop(step, 1, client, ckpt, "c", 20_000 + i, in_both)
+            left = client.flush(120)
+            events = client.next_seq
+        finally:
+            client.close(30)
+
+    b = summary(bare)
+    p = summary(prog)
+    c = summary(both)
+    return {
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "numpy": np.__version__},
+        "broker": broker.note,
+        "step": {"matmul_n": n, "dtype": "float32", "target_ms": args.step_ms},
+        "steps_per_loop": args.steps,
+        "bare": b,
+        "progress": p,
+        "progress_and_checkpoint": c,
+        "overhead_ms": {"progress": round(p["mean_ms"] - b["mean_ms"], 2),
+                        "progress_and_checkpoint": round(c["mean_ms"] - b["mean_ms"], 2)},
+        "ratio_to_bare": {"progress": round(p["mean_ms"] / b["mean_ms"], 3),
+                          "progress_and_checkpoint": round(c["mean_ms"] / b["mean_ms"], 3)},
+        # measured directly: time inside the client's calls per step, and its share of the step
+        "client_ms_per_step": {"progress": summary(in_prog),
+                               "progress_and_checkpoint": summary(in_both)},
+        "client_share_of_bare_step": {
+            "progress": round(statistics.median(in_prog) / b["median_ms"], 4),
+            "progress_and_checkpoint": round(statistics.median(in_both) / b["median_ms"], 3)},
+        "progress_call_us": round(per_event_us, 1),
+        "progress_calls": args.events,
+        "checkpoint_mb": args.ckpt_mb,
+        "hash_ms": round(hash_s * 1000, 1),
+        "hash_mb_per_s": round(args.ckpt_mb / hash_s, 1),
+        "events_emitted": events,
+        "events_unacknowledged_after_flush": left,
+        "journal_fsync": True,
+    }
+
+
+def print_table(r: dict[str, Any]) -> None:
+    print(f"step: float32 matmul n={r['step']['matmul_n']} ({r['broker']}, {r['machine']['cpus']} CPUs), "
+          f"{r['steps_per_loop']} steps per loop")
+    print(f"{'loop':<26}{'mean ms':>10}{'median':>10}{'p90':>10}{'ratio':>8}")
+    for key, label in (("bare", "step alone"), ("progress", "+ progress()"),
+                       ("progress_and_checkpoint", f"+ progress() + ckpt {r['checkpoint_mb']} MB")):
+        s = r[key]
+        ratio = 1.0 if key == "bare" else r["ratio_to_bare"][key]
+        print(f"{label:<26}{s['mean_ms']:>10.2f}{s['median_ms']:>10.2f}{s['p90_ms']:>10.2f}{ratio:>8.3f}")
+    for key, label in (("progress", "progress()"), ("progress_and_checkpoint", "progress() + checkpoint")):
+        s = r["client_ms_per_step"][key]
+        print(f"inside the client, {label}: median {s['median_ms']:.2f} ms per step "
+              f"({100 * r['client_share_of_bare_step'][key]:.1f}% of the median bare step)")
+    print(f"progress() alone: {r['progress_call_us']:.1f} µs per call ({r['progress_calls']} calls, "
+          f"journal fsync on)")
+    print(f"hashing {r['checkpoint_mb']} MB: {r['hash_ms']:.1f} ms ({r['hash_mb_per_s']:.0f} MB/s, page cache)")
+    print(f"events: {r['events_emitted']}, unacknowledged after flush: {r['events_unacknowledged_after_flush']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--step-ms", type=float, default=75.0)
+    ap.add_argument("--ckpt-mb", type=int, default=100)
+    ap.add_argument("--matmul-n", type=int, help="fix the matrix size instead of calibrating")
+    ap.add_argument("--events", type=int, default=5000)
+    ap.add_argument("--bootstrap")
+    ap.add_argument("--json", action="store_true", help="print the result as JSON only")
+    args = ap.parse_args(argv)
+    result = run(args)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print_table(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""The training-job client of traintrace (issue 5): the job's side of the record.
+
+::
+
+    from streams.client import JobClient, ControlCommand, GateRefused, ClientError
+
+    client = JobClient(job_id, cohort_id, base_model, *, journal_dir, bootstrap=None, topics=None,
+                       worker_url=None, gate="refuse", on_rollback=None, on_halt=None,
+                       on_release=None, on_quarantine=None, buffer_max=100_000, buffer_timeout=None,
+                       gate_timeout=2.0, gate_unknown_wait=0.0, codec=None, fsync=True,
+                       producer_overrides=None, follow_control=True)
+    client.start(base_checkpoint_id=None, config_hash=None)          # JobStarted, once per job
+    client.progress(step, epoch, loss, grad_norm=None, lr=None)
+    client.checkpoint_written(checkpoint_id, path, step, epoch, uri=None) -> content_hash
+    client.consumed(source_checkpoint_id, step, mode, load=None, expected_hash=None) -> hash | None
+    client.diverged(onset_step, detector, reason)
+    client.finished(status="SUCCEEDED", final_checkpoint_id=None)
+    client.rolled_back(restored_checkpoint_id, resumed_step, command_id=None)   # manual
+    client.poll(timeout=0.0) -> list[ControlCommand]   # callbacks run in the calling thread
+    client.wait_while_halted(timeout=None) -> bool
+    client.pending() -> int; client.flush(timeout=30.0) -> int; client.close(timeout=30.0) -> int
+    client.incarnation, .seq (last emitted, -1 before), .next_seq, .head_hash, .halted, .halt,
+    .started, .is_finished, .applied_commands, .stats(), .wait_control_ready(timeout)
+
+Modules: :mod:`.job` (the client), :mod:`.journal` (snapshot + write-ahead log),
+:mod:`.delivery` (the idempotent producer), :mod:`.control` (commands, the choice of the one to
+apply, the fetcher), :mod:`.gate` (the worker's checkpoint status), :mod:`.hashing` (streamed
+content hashes of files and directories).
+"""
+
+from streams.client.control import ControlCommand, JobView, command_from_record, decide
+from streams.client.errors import ClientError, GateRefused
+from streams.client.gate import checkpoint_status
+from streams.client.hashing import hash_directory, hash_file, hash_path
+from streams.client.job import QUARANTINE_FILE, JobClient
+from streams.client.journal import JOURNAL_FILE, WAL_FILE
+
+__all__ = [
+    "ClientError",
+    "ControlCommand",
+    "GateRefused",
+    "JOURNAL_FILE",
+    "JobClient",
+    "JobView",
+    "QUARANTINE_FILE",
+    "WAL_FILE",
+    "checkpoint_status",
+    "command_from_record",
+    "decide",
+    "hash_directory",
+    "hash_file",
+    "hash_path",
+]

@@ -1,0 +1,208 @@
+"""Delivery of a job's events to ``lineage.events``: one idempotent producer, nothing lost.
+
+- The producer is confluent-kafka's, configured by :func:`streams.adapters.kafka.producer_config`
+  (``acks=all``, ``enable.idempotence``, ``partitioner=murmur2_random``), key = ``job_id``, so a
+  job's events land in one partition in ``seq`` order and a retry inside librdkafka cannot
+  duplicate or reorder them.
+- Outages: ``message.timeout.ms=0`` (librdkafka never gives up on a message; it reconnects and
+  retries for as long as it takes) and ``queue.buffering.max.messages`` above ``buffer_max``,
+  so an outage of minutes loses nothing: the events wait in librdkafka's queue and go out, in
+  order, when the broker is back. :meth:`Delivery.pending` counts what the broker has not yet
+  acknowledged.
+- Every event is also kept here, by seq, until its delivery report says it is on the broker.
+  ``enable.gapless.guarantee`` makes librdkafka stop (a fatal error) rather than leave a gap, so
+  what reached the broker is always a prefix of what was sent. A delivery that still fails stops
+  new sends, waits for everything in flight to report, then sends every unacknowledged event
+  again, the same bytes, in seq order (after ``retry_backoff`` seconds; a fatal error gets a new
+  producer). Order is kept; an event that did land but was not reported arrives twice,
+  identical, and the processor drops identical duplicates.
+- A background thread serves the delivery reports (``poll``); :meth:`Delivery.flush` waits until
+  nothing is pending.
+- ``buffer_max`` bounds the events kept unacknowledged: :meth:`wait_capacity` blocks the caller
+  (up to a timeout) while it is reached — the training loop waits for Kafka rather than drop
+  part of its record.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Mapping
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from streams.adapters.kafka import producer_config
+
+log = logging.getLogger("traintrace.client")
+
+
+class Delivery:
+    def __init__(self, bootstrap: str, topic: str, key: str, *, buffer_max: int = 100_000,
+                 retry_backoff: float = 1.0, overrides: Mapping[str, Any] | None = None,
+                 on_ack: Callable[[int], None] | None = None) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.key = key.encode("utf-8")
+        self.buffer_max = max(1, int(buffer_max))
+        self.retry_backoff = retry_backoff
+        self.conf = producer_config(bootstrap, **{
+            "message.timeout.ms": 0,                      # never expire: wait out any outage
+            # an error that could leave a gap is fatal instead: what is on the broker is always a
+            # prefix of what was sent, so sending the unacknowledged events again keeps the order
+            "enable.gapless.guarantee": True,
+            "queue.buffering.max.messages": max(self.buffer_max * 2, 100_000),
+            "queue.buffering.max.kbytes": 2_097_151,
+            "reconnect.backoff.max.ms": 2000,
+            "error_cb": self._on_error,
+            **dict(overrides or {}),
+        })
+        self.on_ack = on_ack
+        self._cond = threading.Condition()
+        self._unacked: dict[int, bytes] = {}   # seq -> bytes, until delivered
+        self._resend = False                   # a delivery failed: resend everything unacked
+        self._resend_at = 0.0
+        self._fatal = False
+        self._last_warning = -1e9
+        self.acked = 0
+        self.failures = 0
+        self.resends = 0
+        self.last_error: str | None = None
+        self.down_since: float | None = None
+        self._closed = False
+        self._producer = Producer(self.conf)
+        self._thread = threading.Thread(target=self._loop, name=f"traintrace-delivery-{key}", daemon=True)
+        self._thread.start()
+
+    # -- the caller's side ------------------------------------------------------------------------
+
+    def pending(self) -> int:
+        with self._cond:
+            return len(self._unacked)
+
+    def unacked(self) -> dict[int, bytes]:
+        with self._cond:
+            return dict(self._unacked)
+
+    def acked_through(self, next_seq: int) -> int:
+        """The highest seq such that it and every smaller seq are delivered (given ``next_seq``,
+        the seq the next event will get)."""
+        with self._cond:
+            return (min(self._unacked) - 1) if self._unacked else next_seq - 1
+
+    def wait_capacity(self, timeout: float | None) -> bool:
+        """Block while ``buffer_max`` events are pending; False if still full after ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while len(self._unacked) >= self.buffer_max:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(0.5 if left is None else min(0.5, left))
+            return True
+
+    def send(self, seq: int, value: bytes) -> None:
+        """Hand one event to the producer (or to the next resend, while one is due)."""
+        with self._cond:
+            self._unacked[seq] = value
+            if not self._resend:
+                self._produce(seq, value)
+
+    def flush(self, timeout: float = 30.0) -> int:
+        """Wait until every event is acknowledged, at most ``timeout`` s; the number still pending."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._unacked:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(min(0.2, left))
+            return len(self._unacked)
+
+    def close(self, timeout: float = 30.0) -> int:
+        """Flush (up to ``timeout``), stop the delivery thread; the number still pending."""
+        left = self.flush(timeout)
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(10)
+        return left
+
+    # -- the producer ---------------------------------------------------------------------------
+
+    def _produce(self, seq: int, value: bytes) -> None:
+        """Produce under self._cond (so sends and resends never interleave)."""
+        while True:
+            try:
+                self._producer.produce(self.topic, key=self.key, value=value,
+                                       on_delivery=lambda err, msg, seq=seq: self._on_delivery(seq, err))
+                return
+            except BufferError:  # librdkafka's queue is full (it is sized above buffer_max)
+                self._cond.release()
+                try:
+                    self._producer.poll(0.1)
+                finally:
+                    self._cond.acquire()
+            except KafkaException as exc:
+                # e.g. a fatal producer error: schedule a resend with a new producer
+                self._fail(f"produce failed: {exc}", fatal=True)
+                return
+
+    def _on_delivery(self, seq: int, err: KafkaError | None) -> None:
+        with self._cond:
+            if err is None:
+                if self._unacked.pop(seq, None) is not None:
+                    self.acked += 1
+                self.down_since = None
+                self._cond.notify_all()
+            else:
+                self._fail(f"delivery of seq {seq} failed: {err.str()}", fatal=err.fatal())
+        if err is None and self.on_ack is not None:
+            self.on_ack(seq)
+
+    def _fail(self, reason: str, fatal: bool) -> None:
+        self.failures += 1
+        self.last_error = reason
+        now = time.monotonic()
+        if not self._resend and now - self._last_warning >= 30.0:
+            self._last_warning = now
+            log.warning("traintrace client: %s; every unacknowledged event will be sent again "
+                        "(%d failure(s) so far)", reason, self.failures)
+        self._resend = True
+        self._fatal = self._fatal or fatal
+        self._resend_at = time.monotonic() + self.retry_backoff
+
+    def _on_error(self, err: KafkaError) -> None:
+        self.last_error = err.str()
+        if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT) and self.down_since is None:
+            self.down_since = time.time()
+        if err.fatal():
+            with self._cond:
+                self._fail(f"fatal producer error: {err.str()}", fatal=True)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                if self._closed:
+                    break
+                producer = self._producer
+            producer.poll(0.1)
+            with self._cond:
+                if self._resend and time.monotonic() >= self._resend_at and len(self._producer) == 0:
+                    self._do_resend()
+
+    def _do_resend(self) -> None:
+        """Under self._cond, with nothing in flight: send every unacknowledged event again."""
+        if self._fatal:
+            try:
+                self._producer.flush(0)
+            except Exception:  # pragma: no cover
+                pass
+            self._producer = Producer(self.conf)
+            self._fatal = False
+        self._resend = False
+        self.resends += 1
+        for seq in sorted(self._unacked):
+            self._produce(seq, self._unacked[seq])
+            if self._resend:  # failed again while resending: start over later
+                break

@@ -1,0 +1,597 @@
+"""``JobClient``: what a training job links in to keep its record and obey the referee.
+
+A job creates one client, calls :meth:`~JobClient.start` once, then reports as it trains::
+
+    client = JobClient("A", "c1", "llama-3-8b", journal_dir=ckpt_dir,
+                       worker_url="http://127.0.0.1:6066", on_rollback=restore)
+    client.start()
+    for step in ...:
+        client.poll()                        # control: rollbacks, halts, quarantines (callbacks run here)
+        client.wait_while_halted()           # a halted job waits for an operator's release
+        ...train...
+        client.progress(step, epoch, loss)
+        if step % 100 == 0:
+            client.checkpoint_written(f"A-{step}", path, step, epoch)
+    client.finished("SUCCEEDED", final_checkpoint_id="A-1000")
+    client.close()
+
+What it guarantees:
+
+- **The record.** Every event gets the job's next ``seq``, the current ``incarnation``, ``ts``
+  (milliseconds, never decreasing) and the hash chain of SPEC §9 (``prev_hash`` = the previous
+  event's ``hash``, ``GENESIS`` for ``JobStarted``; ``hash = chain_hash(prev_hash, event)``), built
+  with the core's own event dataclasses and canonical encoding, so the processor verifies exactly
+  what the client computed. Events are validated (``parse_event``) and Avro-encoded before
+  anything is written; a bad argument raises :class:`ClientError` and emits nothing.
+- **Restarts.** The journal (:mod:`streams.client.journal`) records each event before it is
+  handed to Kafka. A process that dies at any point and is started again on the same
+  ``journal_dir`` continues the chain (same seq, incarnation and head), sends again whatever the
+  broker had not acknowledged, and does not apply a command twice; ``start()`` emits nothing for
+  a job that already started.
+- **Delivery** (:mod:`streams.client.delivery`): an idempotent producer, key ``job_id``; while
+  Kafka is unreachable training goes on and events wait (``pending()`` says how many). At
+  ``buffer_max`` pending events **every emitting call blocks** until Kafka takes some — up to
+  ``buffer_timeout`` seconds (default: no limit), then raises :class:`ClientError`. Nothing is
+  ever dropped: with no record there is no concurrent training (SPEC §8).
+- **Control** (:mod:`streams.client.control`). A background thread only *fetches* the job's
+  records of ``lineage.control``; **callbacks run in the thread that calls** :meth:`poll` (or
+  :meth:`wait_while_halted`) — the training loop, between steps, where the model may safely be
+  restored. The effective ``RollbackCommand`` for the current incarnation calls
+  ``on_rollback(cmd)`` (it must return only once the job's state is restored to
+  ``cmd.target_checkpoint_id`` — ``None`` for ``RESTART_FROM_BASE`` to the base or
+  ``RESTART_FROM_SCRATCH`` from ``base_model`` — at ``cmd.target_step``), then the client emits
+  ``RolledBack``, which opens the next incarnation; without ``on_rollback`` the command is
+  returned with outcome ``"unhandled"`` and the job calls :meth:`rolled_back` itself. A
+  ``HaltCommand`` calls ``on_halt`` and sets :attr:`halted`; :meth:`wait_while_halted` blocks
+  until a release (``traintrace release JOB``), which calls ``on_release``. A
+  ``QuarantineNotice`` calls ``on_quarantine`` (default: a warning and a ``QUARANTINED`` file in
+  ``journal_dir`` naming the checkpoints). ``PlanCleared`` is recorded. Each ``command_id`` is
+  applied at most once, across redeliveries and restarts.
+- **The load-time gate** (:meth:`consumed`): with ``worker_url``, the checkpoint's status is
+  asked before loading; ``tainted`` or ``unknown`` (or no answer) raise :class:`GateRefused` with
+  ``gate="refuse"`` (log only with ``"warn"``). An ``EVAL_ONLY`` read of a tainted checkpoint is
+  allowed (SPEC §4: evaluation never taints). After ``load()``, the content actually loaded is
+  hashed and compared with ``expected_hash`` (or the worker's ``content_hash``); a mismatch
+  raises :class:`GateRefused` in both modes (recording it would be a false record). The
+  ``base_checkpoint_id`` of :meth:`start` goes through the same status check.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from streams.adapters.kafka import BOOTSTRAP_ENV, TopicNames
+from streams.client.control import (
+    ACTIONS,
+    HALT,
+    QUARANTINE,
+    RELEASE,
+    ROLLBACK,
+    ControlCommand,
+    ControlFetcher,
+    Fetched,
+    JobView,
+    decide,
+)
+from streams.client.delivery import Delivery
+from streams.client.errors import ClientError, GateRefused
+from streams.client.gate import checkpoint_status
+from streams.client.hashing import hash_path
+from streams.client.journal import Journal, WalEntry, atomic_write
+from streams.codec import Codec, EncodeError
+from streams.core.chain import GENESIS, chain_hash
+from streams.core.errors import InvalidEvent
+from streams.core.events import CONSUMPTION_MODES, FINISH_STATUSES, Event, event_to_dict, parse_event
+
+log = logging.getLogger("traintrace.client")
+
+GATE_MODES = ("refuse", "warn")
+QUARANTINE_FILE = "QUARANTINED"
+
+Callback = Callable[[ControlCommand], None]
+
+
+class JobClient:
+    """The training job's client (see the module doc).
+
+    :param job_id, cohort_id, base_model: the job (SPEC §2, §4 ``JobStarted``).
+    :param journal_dir: the job's local journal lives here (next to its checkpoints).
+    :param bootstrap: Kafka bootstrap servers (default ``$KAFKA_BOOTSTRAP_SERVERS``).
+    :param topics: topic names (default :meth:`TopicNames.from_env`).
+    :param worker_url: a worker's HTTP address (``http://127.0.0.1:6066``) for the load-time
+        gate; None turns the gate off.
+    :param gate: ``"refuse"`` or ``"warn"``.
+    :param on_rollback, on_halt, on_release, on_quarantine: control callbacks, run in the thread
+        calling :meth:`poll` / :meth:`wait_while_halted`.
+    :param buffer_max: events kept unacknowledged while Kafka is unreachable before emitting
+        blocks; ``buffer_timeout``: how long it blocks before :class:`ClientError` (None: no limit).
+    :param gate_timeout: seconds per HTTP request to the worker; ``gate_unknown_wait``: how long
+        to keep asking while the worker says ``unknown`` (a checkpoint written a moment ago may
+        not be folded yet).
+    :param fsync: fsync the journal on every event (default; turn off only for tests/benchmarks).
+    :param producer_overrides: extra librdkafka producer settings.
+    :param follow_control: start the control fetcher (default True).
+    """
+
+    def __init__(
+        self,
+        job_id: str,
+        cohort_id: str,
+        base_model: str,
+        *,
+        journal_dir: str | os.PathLike[str],
+        bootstrap: str | None = None,
+        topics: TopicNames | None = None,
+        worker_url: str | None = None,
+        gate: str = "refuse",
+        on_rollback: Callback | None = None,
+        on_halt: Callback | None = None,
+        on_release: Callback | None = None,
+        on_quarantine: Callback | None = None,
+        buffer_max: int = 100_000,
+        buffer_timeout: float | None = None,
+        gate_timeout: float = 2.0,
+        gate_unknown_wait: float = 0.0,
+        codec: Codec | None = None,
+        fsync: bool = True,
+        producer_overrides: Mapping[str, Any] | None = None,
+        follow_control: bool = True,
+    ) -> None:
+        for name, value in (("job_id", job_id), ("cohort_id", cohort_id), ("base_model", base_model)):
+            if not isinstance(value, str) or not value or "\x00" in value:
+                raise ClientError(f"{name} must be a non-empty string without NUL, got {value!r}")
+        if gate not in GATE_MODES:
+            raise ClientError(f"gate must be one of {GATE_MODES}, got {gate!r}")
+        if buffer_max < 1:
+            raise ClientError(f"buffer_max must be >= 1, got {buffer_max}")
+        bootstrap = bootstrap or os.environ.get(BOOTSTRAP_ENV, "").strip()
+        if not bootstrap:
+            raise ClientError(f"no Kafka bootstrap servers: pass bootstrap= or set ${BOOTSTRAP_ENV}")
+        self.job_id = job_id
+        self.cohort_id = cohort_id
+        self.base_model = base_model
+        self.bootstrap = bootstrap
+        self.topics = topics or TopicNames.from_env()
+        self.worker_url = worker_url
+        self.gate = gate
+        self.on_rollback = on_rollback
+        self.on_halt = on_halt
+        self.on_release = on_release
+        self.on_quarantine = on_quarantine
+        self.buffer_max = buffer_max
+        self.buffer_timeout = buffer_timeout
+        self.gate_timeout = gate_timeout
+        self.gate_unknown_wait = gate_unknown_wait
+        self.codec = codec or Codec()
+        self.journal_dir = Path(journal_dir)
+
+        self._lock = threading.RLock()
+        self._poll_lock = threading.RLock()  # one poll() at a time (its callbacks run inside it)
+        self._closed = False
+        self._inbox: list[Fetched] = []
+        self._entries: dict[int, WalEntry] = {}   # unacknowledged events (for WAL compaction)
+        self.commands_applied = 0
+        self.commands_seen = 0
+
+        self._journal = Journal(self.journal_dir, job_id, cohort_id, base_model, fsync=fsync)
+        delivery: Delivery | None = None
+        try:
+            self._delivery = delivery = Delivery(bootstrap, self.topics.events, job_id, buffer_max=buffer_max,
+                                                 overrides=producer_overrides)
+            resend, self._journal.unacked = self._journal.unacked, []
+            for e in resend:
+                self._entries[e.seq] = e
+                self._delivery.send(e.seq, e.value)
+            if resend:
+                log.info("traintrace client %s: sending again %d event(s) not acknowledged before the "
+                         "last exit (seq %d..%d)", job_id, len(resend), resend[0].seq, resend[-1].seq)
+            self._queue: queue.Queue[Fetched] = queue.Queue()
+            self._fetcher: ControlFetcher | None = None
+            if follow_control:
+                st = self._journal.state
+                positions = st.control_positions if st.control_topic == self.topics.control else {}
+                self._fetcher = ControlFetcher(bootstrap, self.topics.control, job_id, positions,
+                                               self._queue, self.codec)
+                self._fetcher.start()
+        except BaseException:
+            if delivery is not None:
+                delivery.close(0)
+            self._journal.close()
+            raise
+
+    # -- properties ------------------------------------------------------------------------------
+
+    @property
+    def incarnation(self) -> int:
+        return self._journal.state.incarnation
+
+    @property
+    def seq(self) -> int:
+        """The seq of the last event emitted (-1 before the first)."""
+        return self._journal.state.next_seq - 1
+
+    @property
+    def next_seq(self) -> int:
+        return self._journal.state.next_seq
+
+    @property
+    def head_hash(self) -> str | None:
+        """The hash of the last event emitted (the chain head; None before the first)."""
+        return self._journal.state.head_hash
+
+    @property
+    def halted(self) -> bool:
+        return self._journal.state.halt is not None
+
+    @property
+    def halt(self) -> dict[str, Any] | None:
+        """The halt in force (``command_id``, ``reason``, ``detail``, ``issued_ts``) or None."""
+        h = self._journal.state.halt
+        return dict(h) if h else None
+
+    @property
+    def started(self) -> bool:
+        return self._journal.state.started
+
+    @property
+    def is_finished(self) -> bool:
+        """The current incarnation emitted ``JobFinished``."""
+        return self._journal.state.finished
+
+    @property
+    def applied_commands(self) -> list[str]:
+        return list(self._journal.state.applied_commands)
+
+    def pending(self) -> int:
+        """Events not yet acknowledged by the broker."""
+        return self._delivery.pending()
+
+    def wait_control_ready(self, timeout: float | None = None) -> bool:
+        """Wait until the control fetcher has caught up with ``lineage.control`` once."""
+        return self._fetcher is not None and self._fetcher.caught_up.wait(timeout)
+
+    def stats(self) -> dict[str, Any]:
+        d, f = self._delivery, self._fetcher
+        return {
+            "job_id": self.job_id,
+            "next_seq": self.next_seq,
+            "incarnation": self.incarnation,
+            "pending": d.pending(),
+            "acked": d.acked,
+            "delivery_failures": d.failures,
+            "resends": d.resends,
+            "kafka_down_since": d.down_since,
+            "last_delivery_error": d.last_error,
+            "control_caught_up": bool(f and f.caught_up.is_set()),
+            "control_records": f.records_seen if f else 0,
+            "control_error": f.last_error if f else None,
+            "commands_seen": self.commands_seen,
+            "commands_applied": self.commands_applied,
+            "halted": self.halted,
+        }
+
+    # -- events ----------------------------------------------------------------------------------
+
+    def start(self, base_checkpoint_id: str | None = None, config_hash: str | None = None) -> Event | None:
+        """Emit ``JobStarted`` (seq 0, ``prev_hash`` GENESIS). A job whose journal says it already
+        started emits nothing and returns None (a restarted process continues)."""
+        with self._lock:
+            if self._journal.state.started:
+                log.info("traintrace client %s: already started (seq %d, incarnation %d): continuing",
+                         self.job_id, self.seq, self.incarnation)
+                return None
+            if base_checkpoint_id is not None and self.worker_url:
+                self._gate_check(base_checkpoint_id, "INIT")
+            return self._emit("JobStarted", {"cohort_id": self.cohort_id, "base_model": self.base_model,
+                                             "base_checkpoint_id": base_checkpoint_id,
+                                             "config_hash": config_hash})
+
+    def progress(self, step: int, epoch: int, loss: float, grad_norm: float | None = None,
+                 lr: float | None = None) -> Event:
+        return self._emit("Progress", {"step": step, "epoch": epoch, "loss": loss,
+                                       "grad_norm": grad_norm, "lr": lr})
+
+    def checkpoint_written(self, checkpoint_id: str, path: str | os.PathLike[str], step: int, epoch: int,
+                           uri: str | None = None, content_hash: str | None = None) -> str:
+        """Hash the checkpoint at ``path`` (file or directory, streamed; see
+        :mod:`streams.client.hashing`), emit ``CheckpointWritten`` and return the content hash.
+        ``uri`` defaults to the path's ``file://`` URI; ``content_hash`` skips the hashing when
+        the caller already has it."""
+        p = Path(path)
+        h = content_hash or hash_path(p)
+        self._emit("CheckpointWritten", {"checkpoint_id": checkpoint_id, "step": step, "epoch": epoch,
+                                         "content_hash": h, "uri": uri or p.resolve().as_uri()})
+        return h
+
+    def consumed(self, source_checkpoint_id: str, step: int, mode: str,
+                 load: Callable[[], str | os.PathLike[str]] | None = None,
+                 expected_hash: str | None = None) -> str | None:
+        """Record that the job read ``source_checkpoint_id`` at its ``step`` in ``mode``.
+
+        Gate first (with ``worker_url``): see the module doc. Then ``load()`` (when given) is
+        called and must return the path it actually loaded; that content is hashed and compared
+        with ``expected_hash`` or the worker's ``content_hash``. Returns the verified content
+        hash (None when nothing was compared). Raises :class:`GateRefused` (nothing emitted).
+        """
+        if mode not in CONSUMPTION_MODES:
+            raise ClientError(f"mode must be one of {', '.join(CONSUMPTION_MODES)}, got {mode!r}")
+        info: dict[str, Any] = {}
+        if self.worker_url:
+            info = self._gate_check(source_checkpoint_id, mode)
+        verified = None
+        if load is not None:
+            loaded = load()
+            want = expected_hash or info.get("content_hash")
+            if want:
+                got = hash_path(loaded)
+                if got != want:
+                    raise GateRefused(
+                        f"loaded content of {loaded} (sha256 {got}) does not match the recorded "
+                        f"content_hash {want} of checkpoint {source_checkpoint_id!r}",
+                        source_checkpoint_id, "mismatch",
+                        {"loaded_path": str(loaded), "loaded_hash": got, "recorded_hash": want})
+                verified = got
+        self._emit("CheckpointConsumed", {"source_checkpoint_id": source_checkpoint_id, "step": step,
+                                          "mode": mode})
+        return verified
+
+    def diverged(self, onset_step: int, detector: str, reason: str) -> Event:
+        return self._emit("DivergenceReported", {"onset_step": onset_step, "detector": detector,
+                                                 "reason": reason})
+
+    def finished(self, status: str = "SUCCEEDED", final_checkpoint_id: str | None = None) -> Event:
+        if status not in FINISH_STATUSES:
+            raise ClientError(f"status must be one of {', '.join(FINISH_STATUSES)}, got {status!r}")
+        return self._emit("JobFinished", {"status": status, "final_checkpoint_id": final_checkpoint_id})
+
+    def rolled_back(self, restored_checkpoint_id: str | None, resumed_step: int,
+                    command_id: str | None = None) -> Event:
+        """Emit ``RolledBack`` (opens the next incarnation). :meth:`poll` does this after
+        ``on_rollback``; call it yourself for a command returned ``"unhandled"`` or a manual
+        rollback (``command_id`` None). A ``command_id`` already applied raises ClientError."""
+        with self._lock:
+            if command_id is not None and command_id in self._journal.state.applied_commands:
+                raise ClientError(f"command {command_id} was already applied")
+            return self._emit("RolledBack", {"restored_checkpoint_id": restored_checkpoint_id,
+                                             "resumed_step": resumed_step, "command_id": command_id},
+                              incarnation=self._journal.state.incarnation + 1)
+
+    def _emit(self, etype: str, fields: dict[str, Any], incarnation: int | None = None) -> Event:
+        with self._lock:
+            if self._closed:
+                raise ClientError("the client is closed")
+            st = self._journal.state
+            if etype != "JobStarted" and not st.started:
+                raise ClientError(f"{etype} before start(): call start() first")
+            if not self._delivery.wait_capacity(self.buffer_timeout):
+                raise ClientError(
+                    f"{self._delivery.pending()} events are not acknowledged by Kafka at "
+                    f"{self.bootstrap} (buffer_max {self.buffer_max}) after {self.buffer_timeout}s; "
+                    f"last error: {self._delivery.last_error}")
+            seq = st.next_seq
+            inc = st.incarnation if incarnation is None else incarnation
+            ts = max(int(time.time() * 1000), st.last_ts)
+            prev = GENESIS if etype == "JobStarted" else (st.head_hash or GENESIS)
+            data = {"type": etype, "job_id": self.job_id, "seq": seq, "incarnation": inc, "ts": ts,
+                    "prev_hash": prev, "hash": None, **fields}
+            try:
+                ev = parse_event(data)
+            except InvalidEvent as exc:
+                raise ClientError(f"{etype}: {exc}") from exc
+            ev = replace(ev, hash=chain_hash(ev.prev_hash, ev))
+            try:
+                value = self.codec.encode_event(event_to_dict(ev))
+            except EncodeError as exc:
+                raise ClientError(f"{etype}: field {exc.field!r}: {exc.message}") from exc
+            entry = WalEntry(seq, inc, ev.hash, ts, etype, value,
+                             fields.get("command_id") if etype == "RolledBack" else None)
+            self._journal.append(entry)        # durable before the producer sees it
+            self._entries[seq] = entry
+            self._delivery.send(seq, value)
+            self._maybe_compact()
+            return ev
+
+    def _maybe_compact(self) -> None:
+        pending = self._delivery.pending()
+        if len(self._entries) > 2 * self._journal.compact_at:
+            unacked = self._delivery.unacked()
+            self._entries = {s: e for s, e in self._entries.items() if s in unacked}
+        if self._journal.needs_compaction(pending):
+            unacked = self._delivery.unacked()
+            self._entries = {s: e for s, e in self._entries.items() if s in unacked}
+            self._journal.compact(self._delivery.acked_through(self._journal.state.next_seq),
+                                  self._entries.values())
+
+    # -- the gate --------------------------------------------------------------------------------
+
+    def _gate_check(self, checkpoint_id: str, mode: str) -> dict[str, Any]:
+        assert self.worker_url
+        info = checkpoint_status(self.worker_url, checkpoint_id, self.gate_timeout)
+        deadline = time.monotonic() + self.gate_unknown_wait
+        while info["status"] == "unknown" and time.monotonic() < deadline:
+            time.sleep(0.25)
+            info = checkpoint_status(self.worker_url, checkpoint_id, self.gate_timeout)
+        status = info["status"]
+        if status == "clean":
+            return info
+        if status == "tainted" and mode == "EVAL_ONLY":
+            log.info("traintrace client %s: %s is tainted; an EVAL_ONLY read is allowed", self.job_id,
+                     checkpoint_id)
+            return info
+        if status == "tainted":
+            why = f"checkpoint {checkpoint_id!r} is tainted (incidents {', '.join(info.get('incident_ids') or [])})"
+        else:
+            why = f"checkpoint {checkpoint_id!r} is unknown to the referee" + (
+                f" ({info['error']})" if info.get("error") else "")
+        if self.gate == "refuse":
+            raise GateRefused(f"job {self.job_id!r} may not load it: {why}", checkpoint_id, status, info)
+        log.warning("traintrace client %s: %s; gate=warn: loading it anyway", self.job_id, why)
+        return info
+
+    # -- control ---------------------------------------------------------------------------------
+
+    def poll(self, timeout: float = 0.0) -> list[ControlCommand]:
+        """Process the job's control records fetched so far (waiting up to ``timeout`` s for the
+        first); run the callbacks in this thread (one poll at a time: a second thread calling it
+        waits). Returns every record processed, each with its
+        ``outcome`` (``rollback``, ``halt``, ``release``, ``quarantine``: applied; or
+        ``superseded``, ``stale``, ``duplicate``, ``cleared``, ``no-change``, ``finished``,
+        ``future``, ``unhandled``)."""
+        with self._poll_lock:
+            return self._poll(timeout)
+
+    def _poll(self, timeout: float) -> list[ControlCommand]:
+        if self._closed:
+            return []
+        items = self._inbox
+        self._inbox = []
+        try:
+            if not items and timeout > 0:
+                items.append(self._queue.get(timeout=timeout))
+        except queue.Empty:
+            return []
+        while True:
+            try:
+                items.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        if not items:
+            return []
+        with self._lock:
+            st = self._journal.state
+            view = JobView(st.incarnation, set(st.applied_commands), st.halt is not None, st.finished)
+            batch = [c for it in items for c in it.commands]
+            decided = decide(view, batch)
+        results: list[ControlCommand] = []
+        try:
+            for c in decided:
+                if c.outcome in ACTIONS:
+                    c = self._apply(c)
+                results.append(c)
+        except BaseException:
+            self._inbox = items + self._inbox  # decided again at the next poll
+            raise
+        with self._lock:
+            st = self._journal.state
+            for c in decided:  # a halt or release is never acted on twice, whatever its outcome
+                if c.kind == "HaltCommand" and c.command_id not in st.applied_commands:
+                    st.applied_commands.append(c.command_id)
+            st.control_topic = self.topics.control
+            st.control_positions = dict(items[-1].positions)
+            self._journal.save()
+            self.commands_seen += len(results)
+        for c in results:
+            log.info("traintrace client %s: %s %s (%s) -> %s", self.job_id, c.kind, c.command_id[:12],
+                     c.action, c.outcome)
+        return results
+
+    def _apply(self, c: ControlCommand) -> ControlCommand:
+        if c.outcome == ROLLBACK:
+            if self.on_rollback is None:
+                log.warning("traintrace client %s: %s %s to %s at step %s, and no on_rollback: call "
+                            "rolled_back() once restored", self.job_id, c.action, c.command_id[:12],
+                            c.target_checkpoint_id, c.target_step)
+                return replace(c, outcome="unhandled")
+            log.warning("traintrace client %s: %s to %s (step %s) by command %s", self.job_id, c.action,
+                        c.target_checkpoint_id, c.target_step, c.command_id[:12])
+            self.on_rollback(c)
+            self.rolled_back(c.target_checkpoint_id, c.target_step or 0, c.command_id)
+        elif c.outcome == QUARANTINE:
+            (self.on_quarantine or self._default_quarantine)(c)
+            self._record_applied(c)
+        elif c.outcome == HALT:
+            with self._lock:
+                self._journal.state.halt = {"command_id": c.command_id, "reason": c.reason,
+                                            "detail": c.detail, "issued_ts": c.issued_ts}
+                self._record_applied(c)
+            log.warning("traintrace client %s: halted (%s): %s", self.job_id, c.reason, c.detail)
+            if self.on_halt is not None:
+                self.on_halt(c)
+        elif c.outcome == RELEASE:
+            with self._lock:
+                self._journal.state.halt = None
+                self._record_applied(c)
+            log.warning("traintrace client %s: released: %s", self.job_id, c.detail)
+            if self.on_release is not None:
+                self.on_release(c)
+        self.commands_applied += 1
+        return c
+
+    def _record_applied(self, c: ControlCommand) -> None:
+        with self._lock:
+            st = self._journal.state
+            if c.command_id not in st.applied_commands:
+                st.applied_commands.append(c.command_id)
+            self._journal.save()
+
+    def _default_quarantine(self, c: ControlCommand) -> None:
+        log.warning("traintrace client %s: QUARANTINE by command %s: do not ship %s (incidents %s)",
+                    self.job_id, c.command_id[:12], ", ".join(c.quarantined_checkpoint_ids),
+                    ", ".join(c.incident_ids))
+        atomic_write(self.journal_dir / QUARANTINE_FILE, (json.dumps({
+            "job_id": self.job_id, "command_id": c.command_id, "incarnation": c.incarnation,
+            "incident_ids": list(c.incident_ids),
+            "quarantined_checkpoint_ids": list(c.quarantined_checkpoint_ids),
+            "issued_ts": c.issued_ts}, indent=1) + "\n").encode("utf-8"))
+
+    def wait_while_halted(self, timeout: float | None = None) -> bool:
+        """Poll until the job is not halted (True), or ``timeout`` s passed (False). Callbacks
+        (on_release, a rollback arriving meanwhile) run in this thread."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self.poll(0)
+        while self.halted:
+            if self._closed:
+                raise ClientError("the client was closed while the job is halted")
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            self.poll(0.5 if left is None else max(0.01, min(0.5, left)))
+        return True
+
+    # -- flushing and closing --------------------------------------------------------------------
+
+    def flush(self, timeout: float = 30.0) -> int:
+        """Wait until every event is acknowledged (at most ``timeout`` s); the number pending."""
+        left = self._delivery.flush(timeout)
+        with self._lock:
+            if not self._closed:
+                self._journal.state.acked_seq = self._delivery.acked_through(self._journal.state.next_seq)
+                self._journal.save()
+        return left
+
+    def close(self, timeout: float = 30.0) -> int:
+        """Flush (up to ``timeout`` s), stop the background threads, save the journal. Returns the
+        number of events still unacknowledged: they stay in the journal and are sent again by
+        the next client on the same ``journal_dir``."""
+        with self._lock:
+            if self._closed:
+                return 0
+        if self._fetcher is not None:
+            self._fetcher.stop()
+        left = self._delivery.close(timeout)
+        with self._lock:
+            self._closed = True
+            acked = self._delivery.acked_through(self._journal.state.next_seq)
+            if left == 0:
+                self._journal.compact(acked, ())
+            else:
+                self._journal.state.acked_seq = acked
+                self._journal.save()
+                log.warning("traintrace client %s: closed with %d event(s) not acknowledged; they are "
+                            "in the journal and will be sent by the next client", self.job_id, left)
+            self._journal.close()
+        return left
+
+    def __enter__(self) -> "JobClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
