@@ -16,12 +16,11 @@ from typing import Any, Iterable
 from streams.core.events import Event
 from streams.core.ids import hash_parts
 from streams.core.project import (
-    unrecorded_sharing,
     EXTERNAL,
     RawVerdict,
     Verdict,
     aliased_checkpoint,
-    halts,
+    output,
     incident_views,
     plan_for,
     raw_verdict,
@@ -278,20 +277,4 @@ class Lineage:
     def final_state(self) -> dict[str, Any]:
         """SPEC §11 output from the cached projections (equal to ``project.final_state``)."""
         self.decide()
-        incidents = []
-        for x in sorted(self.incidents):
-            v = self.incidents[x]
-            incidents.append({
-                "incident_id": x,
-                "root": v["root"],
-                "verdict": v["verdict"],
-                "contaminated": v["contaminated"],
-                "secondary_divergences": v["secondary_divergences"],
-            })
-        return {
-            "incidents": incidents,
-            "plans": [self.plans[j] for j in sorted(self.plans)],
-            "halts": halts(self.state),
-            "tainted_checkpoints": sorted(ck.id for ck in self.state.checkpoints.values() if ck.sources),
-            "alerts": unrecorded_sharing(self.state),
-        }
+        return output(self.state, self.incidents, self.plans)

@@ -409,11 +409,8 @@ def all_plans(state: LineageState, verdicts: dict[SourceKey, Verdict]) -> dict[s
     return plans
 
 
-def final_state(state: LineageState) -> dict[str, Any]:
-    """The SPEC §11 output of the whole state, lists sorted as the spec says."""
-    verdicts = resolve(state)
-    plans = all_plans(state, verdicts)
-    views = incident_views(state, verdicts)
+def output(state: LineageState, views: dict[str, dict[str, Any]], plans: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The SPEC §11 output from incident views and plans, lists sorted as the spec says."""
     incidents = []
     for x in sorted(views):
         v = views[x]
@@ -431,3 +428,9 @@ def final_state(state: LineageState) -> dict[str, Any]:
         "tainted_checkpoints": sorted(ck.id for ck in state.checkpoints.values() if ck.sources),
         "alerts": unrecorded_sharing(state),
     }
+
+
+def final_state(state: LineageState) -> dict[str, Any]:
+    """The SPEC §11 output of the whole state, projected from scratch."""
+    verdicts = resolve(state)
+    return output(state, incident_views(state, verdicts), all_plans(state, verdicts))
