@@ -16,6 +16,7 @@ from streams import __version__
 _COMMANDS: dict[str, tuple[str, str]] = {
     "analyze": ("streams.cli.analyze", "analyze"),
     "broker": ("streams.cli.broker", "broker"),
+    "demo": ("streams.cli.demo", "demo"),
     "plans": ("streams.cli.plans", "plans"),
     "publish": ("streams.cli.publish", "publish"),
     "release": ("streams.cli.release", "release"),

@@ -1,0 +1,264 @@
+"""``traintrace demo``: six real training jobs share state, one diverges, the pipeline rolls back
+exactly the affected ones (the README's main job)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from streams.cli.common import bootstrap_option, fail, resolve_bootstrap
+
+
+@click.command()
+@bootstrap_option
+@click.option("--gate", type=click.Choice(["warn", "refuse"]), default="warn", show_default=True,
+              help="The jobs' load-time gate. warn: a tainted checkpoint is loaded anyway (logged), so "
+                   "j2 copies j1's blown-up weights and is rolled back too. refuse: j2's client refuses "
+                   "that load, j2 trains on with its own weights, and only j1 is rolled back.")
+@click.option("--workers", type=click.IntRange(min=1, max=4), default=1, show_default=True,
+              help="Processor workers to run (each a `traintrace worker` process).")
+@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the run keeps its journals, checkpoints, logs, events.jsonl and report.json "
+                   "(new or empty; kept). Default: a temporary directory, removed at the end unless "
+                   "--keep or the run went wrong.")
+@click.option("--keep", is_flag=True, help="Keep the temporary work directory and the run's topics "
+                                           "(removed by default once the run succeeded).")
+@click.option("--json", "as_json", is_flag=True, help="Print the final report as one JSON object.")
+def demo(bootstrap: str | None, gate: str, workers: int, work_dir: Path | None, keep: bool,
+         as_json: bool) -> None:
+    """Run the demo cohort live: six real training jobs (numpy MLPs, one process each) share
+    checkpoints through PBT exploits, weight averaging and a reference model; j1's learning rate
+    blows up, j2 copies j1's checkpoint after the onset, j3 another one from before it.
+
+    Starts the local Kafka broker unless KAFKA_BOOTSTRAP_SERVERS (or --bootstrap) names one, and
+    --workers real processor workers on fresh topics. The workers detect the divergence and
+    publish the plans; the affected jobs restore their target checkpoints, acknowledge, and
+    finish; the clean jobs are not touched. Prints a live view while it runs (on a terminal), then
+    the report: the incident, every command and its acknowledgement, the time from the divergence
+    to the last acknowledged rollback, each job's end. The run's events are written to
+    WORK_DIR/events.jsonl (`traintrace analyze` reads it). Exit status 1 when the story did not
+    come out as expected.
+    """
+    from streams.service.demo import DemoError, delete_run_topics, run_demo
+
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=150)  # a log file or a pipe: wide tables rather than wrapped cells
+    interactive = console.is_terminal and not as_json
+    bootstrap, started = resolve_bootstrap(bootstrap)
+    if work_dir is not None:
+        work = work_dir.resolve()
+        if work.exists() and any(work.iterdir()):
+            fail(f"--work-dir {work} is not empty: give a new or empty directory")
+        temporary = False
+    else:
+        work = Path(tempfile.mkdtemp(prefix="traintrace-demo-"))
+        temporary = True
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt()
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    report: dict[str, Any] | None = None
+    interrupted = False
+    try:
+        if not as_json:
+            from streams.demo.scenario import describe
+
+            console.print(f"Kafka at [bold]{bootstrap}[/bold]" + (" (started now)" if started else ""))
+            console.print(Panel(describe(), title="the story", title_align="left", expand=False))
+        try:
+            if interactive:
+                from rich.live import Live
+
+                with Live(console=console, auto_refresh=False, transient=False,
+                          redirect_stdout=False, redirect_stderr=False) as live:
+                    report = run_demo(bootstrap, work, gate=gate, workers=workers, live=True,
+                                      on_tick=lambda st: live.update(render_live(st), refresh=True))
+            elif as_json:
+                report = run_demo(bootstrap, work, gate=gate, workers=workers)
+            else:
+                console.print(f"running: {workers} worker(s), 6 jobs, gate {gate}; work dir {work}")
+                report = run_demo(bootstrap, work, gate=gate, workers=workers)
+        except DemoError as exc:
+            fail(str(exc), 1)
+        except KeyboardInterrupt:
+            interrupted = True
+            click.echo("interrupted: the jobs and workers are stopped", err=True)
+            sys.exit(130)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        # a temporary work directory is removed unless --keep, or the run went wrong (its logs
+        # are what one looks at then); an interrupted run is removed too
+        failed = report is None or not report.get("story_ok")
+        kept = not temporary or keep or (failed and not interrupted)
+        if not kept:  # and the run's topics with it (kept with the work directory)
+            shutil.rmtree(work, ignore_errors=True)
+            if report is not None:
+                delete_run_topics(bootstrap, report)
+        elif report is None:
+            click.echo(f"work directory kept: {work}", err=True)
+    assert report is not None
+    report["work_dir_kept"] = kept
+    report["broker"] = {"bootstrap": bootstrap, "started_now": started}
+    if as_json:
+        out = {k: v for k, v in report.items() if k != "story"}
+        click.echo(json.dumps(out, indent=2, sort_keys=True))
+    else:
+        render_report(console, report)
+        if started:
+            console.print("[dim]The local broker keeps running; stop it with `traintrace broker stop`.[/dim]")
+    if not report.get("story_ok"):
+        sys.exit(1)
+
+
+# ------------------------------------------------------------------------------ rendering
+
+
+_STATUS_STYLE = {"SUCCEEDED": "green", "FAILED": "red", "CANCELLED": "red", "CRASHED": "red",
+                 "TIMED OUT": "red", "diverged": "bold red", "restored": "yellow", "training": "cyan"}
+
+
+def _loss(x: Any) -> str:
+    if x is None:
+        return ""
+    try:
+        return f"{float(x):.4g}"
+    except (TypeError, ValueError):
+        return str(x)
+
+
+def render_live(state: Any) -> Group:
+    """The live view: one row per job, the last alerts."""
+    table = Table(title=f"{state.phase} — {state.elapsed:.1f}s", title_justify="left", expand=False)
+    for col, just in (("job", "left"), ("status", "left"), ("step", "right"), ("inc", "right"),
+                      ("loss", "right"), ("referee sees", "right"), ("last", "left")):
+        table.add_column(col, justify=just)
+    for j, v in sorted(state.jobs.items()):
+        seen = ""
+        if v.referee_step is not None:
+            seen = f"step {v.referee_step} inc {v.referee_incarnation}"
+            if v.referee_halted:
+                seen += f" HALTED {v.referee_halted}"
+        table.add_row(j, Text(v.status, style=_STATUS_STYLE.get(v.status, "")), str(v.step),
+                      str(v.incarnation), _loss(v.loss), seen, v.detail)
+    alerts = Table.grid(padding=(0, 1))
+    for a in state.alerts[-8:]:
+        alerts.add_row(Text(a.get("kind", ""), style="bold yellow"), a.get("job_id") or "",
+                       a.get("message", ""))
+    parts: list[Any] = [table]
+    if state.alerts:
+        parts.append(Panel(alerts, title=f"lineage.alerts ({len(state.alerts)})", title_align="left",
+                           expand=False))
+    return Group(*parts)
+
+
+def render_report(console: Console, r: dict[str, Any]) -> None:
+    """The final report, for a person."""
+    for x in r["incidents"]:
+        root = x["root"]
+        lines = [f"[bold]{x['verdict']}[/bold] divergence of [bold]{root['job_id']}[/bold] "
+                 f"(incarnation {root['incarnation']}) at step {root['onset_step']}"]
+        if x["contaminated"]:
+            lines.append("contaminated:")
+            for c in x["contaminated"]:
+                lines.append(f"  {c['job_id']} (incarnation {c['incarnation']}) via {c['via_checkpoint_id']}"
+                             f"  path {' → '.join(c.get('path') or [])}")
+        else:
+            lines.append("contaminated: nobody")
+        for s in x.get("secondary_divergences") or []:
+            lines.append(f"secondary divergence: {s['job_id']} (incarnation {s['incarnation']}) at step "
+                         f"{s['onset_step']}, a symptom of this incident")
+        lines.append(f"tainted checkpoints: {', '.join(x.get('tainted_checkpoints') or []) or 'none'}")
+        lines.append(f"[dim]{x.get('manifest_versions', 0)} manifest version(s); commitment root "
+                     f"{(x.get('commitment_root') or '')[:16]}[/dim]")
+        console.print(Panel("\n".join(lines), title=f"incident {x['incident_id'][:12]} (from {r['incidents_from']})",
+                            title_align="left", expand=False))
+    if not r["incidents"]:
+        console.print("[red]no incident was found[/red]")
+
+    table = Table(title="Commands on lineage.control and their acknowledgements", title_justify="left")
+    for col in ("job", "inc", "record", "target", "command", "acknowledged by", "status"):
+        table.add_column(col)
+    for c in r["commands"]:
+        ack = ""
+        if c["acknowledged_by_seq"] is not None:
+            ack = f"RolledBack seq {c['acknowledged_by_seq']}"
+            if c.get("ack_latency_s") is not None:
+                ack += f" (+{c['ack_latency_s']:.3f}s)"
+        status = c.get("status", "")
+        style = "green" if status == "acknowledged" else ("red" if status == "NOT ACKNOWLEDGED" else "dim")
+        target = c["target_checkpoint_id"] or ""
+        if c["type"] == "PlanCleared":
+            target = f"ends {str(c['supersedes'])[:12]}"
+        record = c["action"] if c["type"] == "RollbackCommand" else c["type"]
+        table.add_row(c["job_id"], str(c["incarnation"]), record, target,
+                      c["command_id"][:12], ack, Text(status, style=style))
+    console.print(table)
+
+    jt = Table(title=f"Jobs ({r['steps']} steps each)", title_justify="left")
+    for col, just in (("job", "left"), ("status", "left"), ("final step", "right"), ("inc", "right"),
+                      ("rolled back", "left"), ("final loss", "right"), ("eval acc", "right"),
+                      ("shared", "left")):
+        jt.add_column(col, justify=just)
+    for j, v in sorted(r["jobs"].items()):
+        rb = ", ".join(f"to {x['checkpoint_id']}" for x in v.get("restored", [])) or "no"
+        shared = [f"{m} {ck} @{s}" for ck, m, s in v.get("consumed", [])]
+        shared += [f"REFUSED {m} {ck} @{s}" for ck, m, s in v.get("refused", [])]
+        acc = v.get("eval_accuracy")
+        jt.add_row(j, Text(str(v["status"]), style=_STATUS_STYLE.get(v["status"], "")), str(v["final_step"]),
+                   str(v["incarnation"]), rb, _loss(v["final_loss"]), f"{acc:.3f}" if acc is not None else "",
+                   "; ".join(shared))
+    console.print(jt)
+
+    t = r["timing"]
+    if t.get("divergence_to_last_ack_s") is not None:
+        console.print(f"From the divergence ({t['divergence_from']}) to the first command: "
+                      f"[bold]{t['divergence_to_first_command_s']:.3f}s[/bold]; to the last acknowledged "
+                      f"rollback: [bold]{t['divergence_to_last_ack_s']:.3f}s[/bold].")
+    console.print(f"Whole run {t['total_s']:.1f}s (setup {t.get('setup_s', 0):.1f}s, jobs "
+                  f"{t.get('jobs_s', 0):.1f}s, reading back {t.get('readback_s', 0):.1f}s); "
+                  f"{r['workers']} worker(s), gate {r['gate']}, {r['events']['count']} events.")
+    if r.get("alerts"):
+        console.print(f"Alerts: " + ", ".join(f"{a['kind']} {a.get('job_id') or ''}".strip() for a in r["alerts"]))
+
+    failed = [c for c in r["checks"] if not c["ok"]]
+    if r["story_ok"]:
+        console.print(f"[green]✓ the story came out as expected[/green] ({len(r['checks'])} checks: root, "
+                      f"verdict, scope, commands, acknowledgements, restored jobs, untouched jobs, "
+                      f"analyze of the exported log)")
+    else:
+        console.print("[red]✗ the story did NOT come out as expected:[/red]")
+        for c in failed:
+            console.print(f"  [red]{c['check']}[/red]: {c['detail']}")
+    for n in r.get("notes") or []:
+        console.print(f"[yellow]note:[/yellow] {n}")
+
+    if r.get("work_dir_kept"):
+        logs = r["logs"]
+        console.print(f"Work directory: {r['work_dir']}\n"
+                      f"  events:  {logs['events']}  (traintrace analyze {logs['events']})\n"
+                      f"  report:  {logs['report']}\n"
+                      f"  jobs:    {logs['jobs']}/<job>.log, journals in {logs['journals']}\n"
+                      f"  workers: {', '.join(logs['workers'])}\n"
+                      f"  topics:  {r['topics']['prefix']}lineage.*  "
+                      f"(TRAINTRACE_TOPIC_PREFIX={r['topics']['prefix']} traintrace plans)")
+    else:
+        console.print(f"[dim]Work directory {r['work_dir']} and the run's topics removed (--keep or "
+                      f"--work-dir DIR keeps them, with events.jsonl for `traintrace analyze`).[/dim]")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    demo()
