@@ -136,3 +136,40 @@ def standard_topics(names: TopicNames, partitions: int = 8) -> list[tuple[str, i
         (names.by_cohort, partitions, keep),
         (names.checkpoints, partitions, compact),
     ]
+
+
+def seed_group_offsets(bootstrap: str, group_id: str, topics: Iterable[str], timeout: float = 10.0) -> int:
+    """Give every partition of ``topics`` a committed offset for ``group_id`` (its low
+    watermark) where it has none yet. Best effort, and only possible while the group has no
+    member: a partition with no committed offset is left to the consumer's reset policy, which
+    Faust applies late after a rebalance (records produced meanwhile could be skipped).
+    Returns how many offsets were seeded."""
+    from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group_id, "enable.auto.commit": False,
+                         "logger": client_logger})
+    seeds: list[TopicPartition] = []
+    try:
+        for topic in topics:
+            md = consumer.list_topics(topic, timeout=timeout)
+            if topic not in md.topics:
+                continue
+            parts = list(md.topics[topic].partitions)
+            committed = consumer.committed([TopicPartition(topic, p) for p in parts], timeout=timeout)
+            for tp in committed:
+                if tp.offset < 0:
+                    low, _high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=timeout)
+                    seeds.append(TopicPartition(topic, tp.partition, max(low, 0)))
+    finally:
+        consumer.close()
+    if not seeds:
+        return 0
+    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": client_logger})
+    try:
+        futures = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group_id, seeds)],
+                                                     request_timeout=timeout)
+        for fut in futures.values():
+            fut.result()
+    except KafkaException:
+        return 0  # the group has members (they commit as they go): nothing to seed
+    return len(seeds)

@@ -50,7 +50,13 @@ def worker(bootstrap, topic_prefix, app_id, partitions, data_dir, store, web_por
     Start several (each with its own --web-port and --data-dir) to spread the partitions.
     Creates the topics it needs. Stops cleanly on Ctrl-C / SIGTERM.
     """
-    from streams.adapters.kafka import KafkaAdapterError, TopicNames, ensure_topics, standard_topics
+    from streams.adapters.kafka import (
+        KafkaAdapterError,
+        TopicNames,
+        ensure_topics,
+        seed_group_offsets,
+        standard_topics,
+    )
     from streams.app.settings import WorkerSettings
     from streams.core.state import Config
 
@@ -58,6 +64,7 @@ def worker(bootstrap, topic_prefix, app_id, partitions, data_dir, store, web_por
     topics = TopicNames.from_env(topic_prefix)
     try:
         ensure_topics(bootstrap, standard_topics(topics, partitions))
+        seed_group_offsets(bootstrap, app_id, [topics.events, topics.by_cohort])
     except KafkaAdapterError as exc:
         fail(str(exc))
     settings = WorkerSettings(
