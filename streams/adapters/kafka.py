@@ -146,20 +146,31 @@ def seed_group_offsets(bootstrap: str, group_id: str, topics: Iterable[str], tim
     Returns how many offsets were seeded."""
     from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 
+    topics = list(topics)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group_id, "enable.auto.commit": False,
                          "logger": client_logger})
     seeds: list[TopicPartition] = []
+    deadline = time.monotonic() + timeout
     try:
-        for topic in topics:
-            md = consumer.list_topics(topic, timeout=timeout)
-            if topic not in md.topics:
-                continue
-            parts = list(md.topics[topic].partitions)
-            committed = consumer.committed([TopicPartition(topic, p) for p in parts], timeout=timeout)
-            for tp in committed:
-                if tp.offset < 0:
-                    low, _high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=timeout)
-                    seeds.append(TopicPartition(topic, tp.partition, max(low, 0)))
+        while True:
+            try:
+                seeds = []
+                for topic in topics:
+                    md = consumer.list_topics(topic, timeout=timeout)
+                    if topic not in md.topics:
+                        continue
+                    parts = list(md.topics[topic].partitions)
+                    committed = consumer.committed([TopicPartition(topic, p) for p in parts], timeout=timeout)
+                    for tp in committed:
+                        if tp.offset < 0:
+                            low, _high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition),
+                                                                        timeout=timeout)
+                            seeds.append(TopicPartition(topic, tp.partition, max(low, 0)))
+                break
+            except KafkaException:  # e.g. the group coordinator of a fresh broker is still loading
+                if time.monotonic() > deadline:
+                    return 0
+                time.sleep(0.5)
     finally:
         consumer.close()
     if not seeds:
