@@ -7,6 +7,8 @@ import sys
 from typing import Any
 
 import click
+
+from streams.cli.common import plans_table
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
@@ -102,17 +104,7 @@ def render(console: Console, result: dict[str, Any], events: int, skipped: int) 
                 sec.add(f"{s['job_id']} inc {s['incarnation']} onset step {s['onset_step']}  EXTERNAL")
         console.print(tree)
     if result["plans"]:
-        table = Table(title="Plans", title_justify="left")
-        for col in ("job", "inc", "action", "target", "step", "incidents", "command"):
-            table.add_column(col)
-        for p in result["plans"]:
-            target = p["target_checkpoint_id"] or ""
-            if p["action"] == "QUARANTINE":
-                target = ", ".join(p.get("quarantined_checkpoint_ids", []))
-            table.add_row(p["job_id"], str(p["incarnation"]), p["action"], target,
-                          "" if p["target_step"] is None else str(p["target_step"]),
-                          ", ".join(i[:12] for i in p["incident_ids"]), p["command_id"][:12])
-        console.print(table)
+        console.print(plans_table(result["plans"], "Plans"))
     if result["halts"]:
         table = Table(title="Halts", title_justify="left")
         table.add_column("job")

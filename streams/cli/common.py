@@ -45,3 +45,21 @@ def resolve_bootstrap(bootstrap: str | None, start: bool = True) -> tuple[str, b
     except BrokerError as exc:
         fail(str(exc))
     raise AssertionError("unreachable")
+
+
+def plans_table(plans, title: str):
+    """The rich table of SPEC §11 plans, shared by ``analyze`` and ``plans``."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for col in ("job", "inc", "action", "target", "step", "incidents", "command"):
+        table.add_column(col)
+    for p in plans:
+        target = p["target_checkpoint_id"] or ""
+        if p["action"] == "QUARANTINE":
+            target = ", ".join(p.get("quarantined_checkpoint_ids", []))
+        colour = {"ROLLBACK": "yellow", "QUARANTINE": "magenta"}.get(p["action"], "red")
+        table.add_row(p["job_id"], str(p["incarnation"]), f"[{colour}]{p['action']}[/]", target,
+                      "" if p["target_step"] is None else str(p["target_step"]),
+                      ", ".join(i[:12] for i in p["incident_ids"]), p["command_id"][:12])
+    return table

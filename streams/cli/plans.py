@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 import click
+
+from streams.cli.common import plans_table
 from rich.console import Console
 from rich.table import Table
 
@@ -55,18 +57,7 @@ def plans(as_json: bool, bootstrap: str | None, topic_prefix: str | None) -> Non
 def render(console: Console, result: dict[str, Any], topic: str, records: int) -> None:
     console.print(f"[bold]{records}[/bold] control record(s) read from {topic}")
     if result["plans"]:
-        table = Table(title="Plans in force", title_justify="left")
-        for col in ("job", "inc", "action", "target", "step", "incidents", "command"):
-            table.add_column(col)
-        for p in result["plans"]:
-            target = p["target_checkpoint_id"] or ""
-            if p["action"] == "QUARANTINE":
-                target = ", ".join(p.get("quarantined_checkpoint_ids", []))
-            colour = {"ROLLBACK": "yellow", "QUARANTINE": "magenta"}.get(p["action"], "red")
-            table.add_row(p["job_id"], str(p["incarnation"]), f"[{colour}]{p['action']}[/]", target,
-                          "" if p["target_step"] is None else str(p["target_step"]),
-                          ", ".join(i[:12] for i in p["incident_ids"]), p["command_id"][:12])
-        console.print(table)
+        console.print(plans_table(result["plans"], "Plans in force"))
     else:
         console.print("[green]No plan in force.[/green]")
     if result["halts"]:

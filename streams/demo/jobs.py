@@ -51,7 +51,6 @@ import logging
 import math
 import os
 import statistics
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -59,6 +58,7 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
+from streams.client.journal import atomic_write
 from streams.demo import model as M
 
 __all__ = [
@@ -180,20 +180,7 @@ class JobResult:
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    atomic_write(path, text.encode("utf-8"))
 
 
 class CohortRegistry:

@@ -36,11 +36,11 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
+
+from streams.client.journal import atomic_write
 
 __all__ = [
     "TaskConfig",
@@ -267,21 +267,7 @@ def save_checkpoint(path: str | os.PathLike[str], theta: np.ndarray) -> str:
     """Write ``theta`` to ``path`` atomically (temporary file, fsync, rename) and return the
     content hash (hex SHA-256 of the bytes)."""
     data = checkpoint_bytes(theta)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    atomic_write(path, data)
     return hashlib.sha256(data).hexdigest()
 
 
