@@ -468,12 +468,10 @@ def test_publish_create_topics(kafka_bootstrap: str) -> None:
 def test_unreachable_broker_exits_2(command: list[str]) -> None:
     bootstrap = f"127.0.0.1:{pick_free_port()}"
     args = [str(scenarios_dir() / "01_seed_example.jsonl") if a == "FILE" else a for a in command]
-    t = time.monotonic()
     res = run(*args, "--bootstrap", bootstrap)
     assert res.exit_code == 2
     assert f"cannot reach Kafka at {bootstrap}" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
-    assert time.monotonic() - t < 60
 
 
 def test_missing_file_exits_2(kafka_bootstrap: str, prefix: str, tmp_path: Path) -> None:
