@@ -48,6 +48,12 @@ from streams.service.records import Emission
 log = logging.getLogger("traintrace.worker")
 
 
+def record_ms(message) -> int:
+    """A Faust message's timestamp (float seconds) as the integer milliseconds Kafka holds."""
+    ts = message.timestamp
+    return int(round(ts * 1000)) if ts is not None and ts > 0 else now_ms()
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -435,7 +441,10 @@ def create_app(settings: WorkerSettings) -> faust.App:
                     }
                     outbox.dead_letter(rec)
 
-                n, emissions = _fold_batch_value(codec, referee, e.message.value, p, now_ms(), True, reject)
+                # the processor's time of these events is their input record's timestamp (the
+                # router's clock), as in a replay: what it decides is reproducible from the log
+                n, emissions = _fold_batch_value(codec, referee, e.message.value, p, record_ms(e.message),
+                                                 True, reject)
                 out.extend(emissions)
                 position[p] = o + 1
                 metrics.FOLDED.inc(n)

@@ -59,6 +59,12 @@ class Referee:
         self._unacked_alerted: set[str] = set()
         self._dirty_cohorts: set[str] = set()
         self._last_root: dict[str, str] = {}
+        # what the fold decided last, byte for byte, so a recovering worker re-publishes exactly
+        # that (an audit re-deciding the log gets the same records): job -> plan record,
+        # job -> halt record, incident -> manifest record of its current version
+        self.decided_plan: dict[str, R.Emission] = {}
+        self.decided_halt: dict[str, R.Emission] = {}
+        self.decided_manifest: dict[str, R.Emission] = {}
         self.stats = RefereeStats()
 
     # ------------------------------------------------------------------ engines
@@ -79,6 +85,14 @@ class Referee:
             self.partition_of.pop(c, None)
             self._dirty_cohorts.discard(c)
             self._last_root.pop(c, None)
+        if gone:
+            keep = {j for c, lin in self.engines.items() for j in lin.state.jobs}
+            for d in (self.decided_plan, self.decided_halt):
+                for j in [j for j in d if j not in keep]:
+                    del d[j]
+            live = {x for lin in self.engines.values() for x in lin.incidents}
+            for x in [x for x in self.decided_manifest if x not in live]:
+                del self.decided_manifest[x]
         return gone
 
     # ------------------------------------------------------------------ events
@@ -124,19 +138,24 @@ class Referee:
                 em = R.plan_emission(d, job.cohort_id if job else None, inc, now_ms, current_root())
                 if em is not None:
                     out.append(em)
+                    self.decided_plan[d.job_id] = em
                     if em.record == "RollbackCommand":
                         self.issued[em.value["command_id"]] = (cohort, d.job_id, now_ms)
                 if d.supersedes is not None:
                     self.issued.pop(d.supersedes, None)
             elif isinstance(d, HaltIssued):
-                out.append(R.halt_emission(d, now_ms))
+                em = R.halt_emission(d, now_ms)
+                self.decided_halt.setdefault(d.job_id, em)
+                out.append(em)
             elif isinstance(d, IncidentChanged):
                 version = self.versions.get(d.incident_id, 0) + 1
                 self.versions[d.incident_id] = version
                 snap = self.snapshots.get(d.incident_id)
                 if snap is None:
                     snap = self.snapshots[d.incident_id] = concurrency_snapshot(lin)
-                out.append(R.manifest_emission(d, version, snap, now_ms, current_root()))
+                em = R.manifest_emission(d, version, snap, now_ms, current_root())
+                self.decided_manifest[d.incident_id] = em
+                out.append(em)
                 alert = R.incident_alert(d, cohort, now_ms)
                 if alert is not None:
                     out.append(alert)
@@ -161,53 +180,35 @@ class Referee:
         return kept
 
     def reconcile(self, partition: int, last_plan: dict[str, tuple[str, str]], now_ms: int) -> list[R.Emission]:
-        """After a replay: publish what the rebuilt state holds and ``lineage.control`` lacks.
+        """After a replay: publish what the rebuilt state decided and ``lineage.control`` lacks.
 
         A previous owner may have died (or lost the partition) after some of its offsets were
         committed but before their commands were out; the replay rebuilt the state without
-        publishing, so compare: every job's current plan (or its end), every halt, and the
-        current version of every incident's manifest. ``last_plan`` is the last plan record per
-        job on ``lineage.control``: job_id -> (record name, command_id).
+        publishing, so compare: every job's last decided plan record (or its end), its halt,
+        and the current version of every incident's manifest. What is re-published is the
+        record the fold decided, byte for byte (its processor time is the time of the input
+        record that caused it), so a re-published record equals the one an audit recomputes.
+        ``last_plan`` is the last plan record per job on ``lineage.control``:
+        job_id -> (record name, command_id).
         """
         out: list[R.Emission] = []
         for cohort in sorted(c for c, p in self.partition_of.items() if p == partition):
             lin = self.engines[cohort]
-            root: list[str | None] = []
-
-            def current_root() -> str | None:
-                if not root:
-                    root.append(commitment_root(lin))
-                return root[0]
-
             for job_id in sorted(lin.state.jobs):
-                job = lin.state.jobs[job_id]
-                plan = lin.plans.get(job_id)
-                last = last_plan.get(job_id)
-                inc = job.current.number if job.current is not None else 0
-                if plan is not None and plan["command_id"] not in self.published:
-                    d = PlanChanged(job_id, plan, last[1] if last and last[0] != "PlanCleared" else None)
-                    em = R.plan_emission(d, job.cohort_id, inc, now_ms, current_root())
-                    if em is not None:
+                em = self.decided_plan.get(job_id)
+                if em is not None and em.command_id not in self.published:
+                    last = last_plan.get(job_id)
+                    # a clear of a plan that never got out is nothing to publish
+                    if em.record != "PlanCleared" or (last is not None and last[0] != "PlanCleared"):
                         out.append(em)
-                elif plan is None and last is not None and last[0] != "PlanCleared":
-                    em = R.plan_emission(PlanChanged(job_id, None, last[1]), job.cohort_id, inc, now_ms, None)
-                    if em is not None and em.value["command_id"] not in self.published:
-                        out.append(em)
-                reason = job.halt_reason
-                if reason is not None and job_id in lin._halted:
-                    from streams.core.decide import halt_command_id
-
-                    cid = halt_command_id(job_id, reason)
-                    first = next(iter(job.halt_reasons))
-                    if cid not in self.published and halt_command_id(job_id, first) not in self.published:
-                        out.append(R.halt_emission(HaltIssued(job_id, job.cohort_id, first, job.halt_reasons[first],
-                                                              halt_command_id(job_id, first)), now_ms))
+                halt = self.decided_halt.get(job_id)
+                if halt is not None and halt.command_id not in self.published:
+                    out.append(halt)
             for x in sorted(lin.incidents):
-                view = lin.incidents[x]
-                version = self.versions.get(x, 1)
-                snap = self.snapshots.get(x) or concurrency_snapshot(lin)
-                out.append(R.manifest_emission(IncidentChanged(x, "UPDATED", view), version, snap, now_ms,
-                                               current_root()))
+                em = self.decided_manifest.get(x)
+                if em is not None:
+                    out.append(em)
+        del now_ms  # kept in the signature: the records carry the time they were decided at
         return self._dedupe(out, True)
 
     def _count(self, em: R.Emission) -> None:
@@ -230,7 +231,9 @@ class Referee:
             lin = self.engines[cohort]
             for d in lin.tick(now_ms, grace_ms):
                 if isinstance(d, HaltIssued):
-                    out.append(R.halt_emission(d, now_ms))
+                    em = R.halt_emission(d, now_ms)
+                    self.decided_halt.setdefault(d.job_id, em)
+                    out.append(em)
                 elif isinstance(d, AlertRaised):
                     out.append(R.alert_emission(d, cohort, now_ms))
         for cid, (cohort, job_id, issued) in list(self.issued.items()):

@@ -15,8 +15,14 @@ from streams import __version__
 # command name -> (module, attribute)
 _COMMANDS: dict[str, tuple[str, str]] = {
     "analyze": ("streams.cli.analyze", "analyze"),
+    "audit": ("streams.cli.audit", "audit"),
     "broker": ("streams.cli.broker", "broker"),
     "demo": ("streams.cli.demo", "demo"),
+    "export": ("streams.cli.export", "export"),
+    "keygen": ("streams.cli.keys", "keygen"),
+    "prove": ("streams.cli.proofs", "prove"),
+    "report": ("streams.cli.report", "report"),
+    "verify-proof": ("streams.cli.proofs", "verify_proof"),
     "plans": ("streams.cli.plans", "plans"),
     "publish": ("streams.cli.publish", "publish"),
     "release": ("streams.cli.release", "release"),
