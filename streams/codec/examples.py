@@ -95,9 +95,11 @@ def example_records() -> list[dict[str, Any]]:
         {"type": "LineageCommitment", "cohort_id": "c1", "root": _h("root"), "tree_size": 2,
          "heads": [{"job_id": "job-a", "seq": 7, "hash": _h("job-a", 7)},
                    {"job_id": "job-c", "seq": 3, "hash": _h("job-c", 3)}],
-         "snapshot": snap, "ts": 1760000100006, "signature": bytes(range(64)), "key_id": "processor-1"},
+         "snapshot": snap, "ts": 1760000100006, "signature": bytes(range(64)), "key_id": "processor-1",
+         # log_root / log_size: added in v3
+         "log_root": _h("log", 11), "log_size": 11},
         {"type": "LineageCommitment", "cohort_id": "c2", "root": _h(), "tree_size": 0, "heads": [],
-         "snapshot": [], "ts": 0, "signature": None, "key_id": None},
+         "snapshot": [], "ts": 0, "signature": None, "key_id": None, "log_root": None, "log_size": None},
         {"type": "DeadLetter", "original_topic": "lineage.events", "original_partition": 3,
          "original_offset": 123456789, "original_key": b"job-a", "original_value": b"\xc3\x01garbage",
          "reason": "UNKNOWN_FINGERPRINT: no known schema has fingerprint 67617262616765", "error_kind": "UNKNOWN_FINGERPRINT",

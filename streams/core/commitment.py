@@ -1,6 +1,6 @@
 """The lineage commitment of SPEC §9: what the processor publishes per cohort.
 
-A ``LineageCommitment`` (``schemas/v2/LineageCommitment.avsc``) commits to the heads of every
+A ``LineageCommitment`` (``schemas/v3/LineageCommitment.avsc``) commits to the heads of every
 job's hash chain in one cohort and carries the concurrency snapshot those heads cover:
 
 ``heads``
@@ -18,6 +18,12 @@ job's hash chain in one cohort and carries the concurrency snapshot those heads 
     current incarnation, its last step (None before any step), and ``HALTED:<REASON>`` when the
     guard halted the job (the first reason in SPEC §8 order), else ``FINISHED`` when the current
     incarnation reported ``JobFinished``, else ``RUNNING``.
+``log_root`` / ``log_size`` (schema v3; None when the lineage keeps no fold log)
+    the root (lower-case hex) and size of the cohort's *fold log*: the append-only RFC 6962
+    log with one leaf :func:`event_leaf` per event the cohort's lineage accepted (duplicates and
+    refused events are not in it), in the order it folded them. See "The fold log" below.
+``signature`` / ``key_id``
+    None here; :mod:`streams.service.signing` fills them.
 
 The leaf of one head (:func:`head_leaf`) is the SPEC §10 part encoding of
 ``(job_id, seq, hash)``: each part as UTF-8 text — ``seq`` in decimal, a missing hash as the
@@ -47,6 +53,18 @@ therefore only exists when the older head list is a prefix of the newer one (no 
 changed, new jobs sort after all of them) — rare in a live cohort. That a later commitment
 extends an earlier one is shown per job instead: the earlier head ``(seq, hash)`` is an ancestor
 in the later head's chain (the chain events between them re-hash from one to the other).
+
+The fold log
+------------
+The fold log is what makes commitments comparable over time. Its leaf for an event is the same
+encoding as a head's, ``event_leaf(ev) == head_leaf(ev.job_id, ev.seq, ev.hash)``, appended when
+the cohort's :class:`~streams.core.decide.Lineage` accepts the event; it never changes a leaf,
+so the log of an earlier commitment (``log_size`` m) is a prefix of every later one's (n >= m)
+and an RFC 6962 consistency proof between their ``log_root`` values exists. An inclusion proof
+in it shows that one event ``(job_id, seq, hash)`` was folded, as the ``index``-th accepted event
+of the cohort, before the commitment. The log depends on the interleaving of the jobs' events
+(unlike ``root``): it records the order the processor folded them in, which a replay of the
+processor's input topic reproduces.
 """
 
 from __future__ import annotations
@@ -59,8 +77,10 @@ from streams.core.state import LineageState
 __all__ = [
     "build_commitment",
     "build_commitments",
+    "check_heads",
     "commitment_root",
     "concurrency_snapshot",
+    "event_leaf",
     "head_inclusion_proof",
     "head_leaf",
     "heads",
@@ -86,6 +106,11 @@ def head_leaf(job_id: str, seq: int, hash: str | None) -> bytes:
         if "\x00" in part:
             raise ValueError(f"{name} {part!r} contains a 0x00 byte, which the encoding reserves")
     return b"".join(p.encode("utf-8") + b"\x00" for p in (job_id, str(seq), hash))
+
+
+def event_leaf(event: Any) -> bytes:
+    """The fold log's leaf of one event: :func:`head_leaf` of its ``(job_id, seq, hash)``."""
+    return head_leaf(event.job_id, event.seq, event.hash)
 
 
 def heads(lineage: Any) -> list[dict[str, Any]]:
@@ -130,12 +155,18 @@ def concurrency_snapshot(lineage: Any) -> list[dict[str, Any]]:
 
 
 def build_commitment(cohort_id: str, lineage: Any, ts: int) -> dict[str, Any]:
-    """The ``LineageCommitment`` record of one cohort, unsigned (``signature``/``key_id`` None)."""
+    """The ``LineageCommitment`` record of one cohort, unsigned (``signature``/``key_id`` None).
+
+    ``log_root``/``log_size`` are those of ``lineage.log`` (a :class:`~streams.core.decide.Lineage`);
+    None for a bare :class:`~streams.core.state.LineageState`, which keeps no fold log.
+    """
     if not isinstance(cohort_id, str):
         raise ValueError(f"cohort_id must be a str, not {type(cohort_id).__name__}")
     if not isinstance(ts, int) or isinstance(ts, bool):
         raise ValueError(f"ts must be an int (epoch milliseconds), not {ts!r}")
     hs = heads(lineage)
+    log = getattr(lineage, "log", None)
+    has_log = isinstance(log, merkle.CompactRange)
     return {
         "cohort_id": cohort_id,
         "root": _root_of(hs).hex(),
@@ -145,6 +176,8 @@ def build_commitment(cohort_id: str, lineage: Any, ts: int) -> dict[str, Any]:
         "ts": ts,
         "signature": None,
         "key_id": None,
+        "log_root": log.root().hex() if has_log else None,
+        "log_size": log.size if has_log else None,
     }
 
 
@@ -158,6 +191,21 @@ def build_commitments(cohorts: Any, ts: int) -> list[dict[str, Any]]:
 def commitment_root(lineage: Any) -> str:
     """The hex root a commitment of ``lineage`` would carry now."""
     return _root_of(heads(lineage)).hex()
+
+
+def check_heads(commitment: Mapping[str, Any]) -> str | None:
+    """Whether a commitment record is self-consistent: None when its ``heads`` hash to its
+    ``root`` and ``tree_size`` is their number, else what is wrong. Never raises."""
+    try:
+        hs = list(commitment["heads"])
+        leaves = [head_leaf(h["job_id"], h["seq"], h["hash"]) for h in hs]
+        if commitment["tree_size"] != len(leaves):
+            return f"tree_size {commitment['tree_size']} but {len(leaves)} heads"
+        if merkle.root(leaves).hex() != str(commitment["root"]).lower():
+            return f"the heads do not hash to the root {commitment['root']}"
+        return None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return f"malformed commitment: {exc!r}"
 
 
 def head_inclusion_proof(commitment: Mapping[str, Any], job_id: str) -> dict[str, Any]:

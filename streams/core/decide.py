@@ -6,6 +6,12 @@ folds a batch and decides once (same final state, fewer intermediate decisions).
 
 Only what the fold marked dirty is recomputed: attribution of the divergences whose evidence
 changed, the plans of the jobs touched, the views of the incidents touched.
+
+Every event the fold accepts (not a duplicate, not refused as out of order or conflicting) is
+also appended to the cohort's *fold log*, ``Lineage.log``: an append-only RFC 6962 log of the
+leaves ``head_leaf(job_id, seq, hash)`` (:mod:`streams.core.commitment`) in fold order, kept
+as a :class:`~streams.core.merkle.CompactRange` (O(log n) space, O(1) amortised per event).
+Its root and size go into the cohort's commitment (``log_root``, ``log_size``).
 """
 
 from __future__ import annotations
@@ -13,8 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from streams.core.commitment import event_leaf
 from streams.core.events import Event
 from streams.core.ids import hash_parts
+from streams.core.merkle import CompactRange
 from streams.core.project import (
     EXTERNAL,
     RawVerdict,
@@ -101,6 +109,8 @@ class Lineage:
         self._plans_by_incident: dict[str, set[str]] = {}
         self._halted: set[str] = set()
         self._alerted: set[tuple[str, str]] = set()
+        #: the fold log: one leaf per accepted event, in fold order
+        self.log = CompactRange()
 
     @property
     def config(self) -> Config:
@@ -109,16 +119,20 @@ class Lineage:
     # -------------------------------------------------------------- folding
 
     def fold(self, event: Event, now_ms: int | None = None) -> FoldResult:
-        """Fold without deciding (call :meth:`decide` later)."""
-        return self.state.fold(event, now_ms)
+        """Fold without deciding (call :meth:`decide` later). An accepted event is appended
+        to the fold log."""
+        result = self.state.fold(event, now_ms)
+        if result.accepted:
+            self.log.append(event_leaf(event))
+        return result
 
     def apply(self, event: Event, now_ms: int | None = None) -> list[Decision]:
-        self.state.fold(event, now_ms)
+        self.fold(event, now_ms)
         return self.decide()
 
     def apply_many(self, events: Iterable[Event], now_ms: int | None = None) -> list[Decision]:
         for ev in events:
-            self.state.fold(ev, now_ms)
+            self.fold(ev, now_ms)
         return self.decide()
 
     def finish_input(self) -> list[Decision]:

@@ -14,6 +14,10 @@ hashes; proofs are lists of 32-byte node hashes, bottom-up, exactly as RFC 6962 
 The root is computed level by level (pair neighbours, carry a lone last node up unchanged), which
 is the same tree as the recursive definition: n leaf hashes and n - 1 node hashes, O(n).
 
+:class:`CompactRange` is an append-only log's state in O(log n) space: the roots of the perfect
+subtrees its leaves form (one per set bit of its size), from which the root of the whole tree
+is computed at any time, so a log can grow one leaf at a time without keeping its leaves.
+
 Argument errors (a negative or out-of-range index or size, a leaf that is not bytes) raise
 :class:`ValueError`. The two ``verify_*`` functions never raise: anything that does not prove
 what is claimed — a wrong hash, size, index, a proof too short or too long, an element that is
@@ -32,6 +36,7 @@ _LEAF_PREFIX = b"\x00"
 _NODE_PREFIX = b"\x01"
 
 __all__ = [
+    "CompactRange",
     "EMPTY_ROOT",
     "HASH_SIZE",
     "consistency_proof",
@@ -214,6 +219,78 @@ def verify_consistency(old_size: int, new_size: int, old_root: bytes, new_root: 
         return fr == old_root and sr == new_root and sn == 0
     except TypeError:
         return False
+
+
+class CompactRange:
+    """The compact range ``[0, size)`` of an append-only RFC 6962 log.
+
+    It keeps the roots of the perfect subtrees the leaves so far form, left to right: one per
+    set bit of ``size``, largest first (a log of 6 leaves keeps MTH(D[0:4]) and MTH(D[4:6])).
+    :meth:`append` costs one leaf hash plus one node hash per carry (amortised fewer than two,
+    at most log2(size)); :meth:`root` folds the subtree roots from the right, at most
+    log2(size) node hashes. It equals :func:`root` of all the leaves appended, since RFC 6962
+    splits a tree of n leaves at the largest power of two smaller than n, which is exactly
+    where the largest perfect subtree ends.
+    """
+
+    __slots__ = ("_size", "_nodes")
+
+    def __init__(self) -> None:
+        self._size = 0
+        self._nodes: list[bytes] = []
+
+    @property
+    def size(self) -> int:
+        """The number of leaves appended."""
+        return self._size
+
+    @property
+    def nodes(self) -> tuple[bytes, ...]:
+        """The perfect subtree roots, left to right (``bin(size).count("1")`` of them)."""
+        return tuple(self._nodes)
+
+    def append(self, leaf: bytes) -> None:
+        """Append one raw leaf (hashed as SHA-256(0x00 || leaf))."""
+        self.append_hash(leaf_hash(leaf))
+
+    def append_hash(self, leaf_hash_: bytes) -> None:
+        """Append one leaf given by its leaf hash (32 bytes)."""
+        if not _is_hash(leaf_hash_):
+            raise ValueError("a leaf hash must be 32 bytes")
+        h = bytes(leaf_hash_)
+        n = self._size
+        nodes = self._nodes
+        while n & 1:  # merge with every complete subtree of the same height
+            h = node_hash(nodes.pop(), h)
+            n >>= 1
+        nodes.append(h)
+        self._size += 1
+
+    def root(self) -> bytes:
+        """MTH of every leaf appended so far (:data:`EMPTY_ROOT` for none)."""
+        nodes = self._nodes
+        if not nodes:
+            return EMPTY_ROOT
+        r = nodes[-1]
+        for left in reversed(nodes[:-1]):
+            r = node_hash(left, r)
+        return r
+
+    def copy(self) -> "CompactRange":
+        other = CompactRange()
+        other._size = self._size
+        other._nodes = list(self._nodes)
+        return other
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CompactRange):
+            return NotImplemented
+        return self._size == other._size and self._nodes == other._nodes
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        return f"CompactRange(size={self._size}, root={self.root().hex()[:16]}…)"
 
 
 # ---------------------------------------------------------------------- internals

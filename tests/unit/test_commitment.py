@@ -16,8 +16,10 @@ from streams.core.cohorts import CohortLineage
 from streams.core.commitment import (
     build_commitment,
     build_commitments,
+    check_heads,
     commitment_root,
     concurrency_snapshot,
+    event_leaf,
     head_inclusion_proof,
     head_leaf,
     heads,
@@ -28,7 +30,7 @@ from streams.core.state import fold_all
 
 from .core_builders import Cohort, by_jobs, with_chain
 
-SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "v2" / "LineageCommitment.avsc"
+SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "v3" / "LineageCommitment.avsc"
 TS = 1_760_000_999_000
 
 
@@ -186,6 +188,8 @@ def test_build_commitment_record():
         "ts": TS,
         "signature": None,
         "key_id": None,
+        "log_root": merkle.root([sha_parts(e.job_id, e.seq, e.hash) for e in cohort_events()]).hex(),
+        "log_size": len(cohort_events()),
     }
     assert commitment_root(lin) == com["root"] == merkle.root(leaves).hex()
     assert len(com["root"]) == 64 and com["root"] == com["root"].lower()
@@ -233,19 +237,30 @@ def test_build_commitments_per_cohort():
 
 # ---------------------------------------------------------------------- determinism
 
+def _but_log_root(com):
+    return {k: v for k, v in com.items() if k != "log_root"}
+
+
 def test_same_events_in_another_interleaving_same_commitment():
+    """Everything but the fold log's root: the log records the fold order itself (a replay of
+    the processor's input reproduces it; another interleaving of the same events does not)."""
     events = cohort_events()
     ref = build_commitment("c1", lineage_of(events), TS)
     for order in (["A", "B", "C", "D"], ["D", "C", "B", "A"], ["B", "D", "A", "C"]):
         again = by_jobs(events, order)
         assert again != events
-        assert build_commitment("c1", lineage_of(again), TS) == ref, order
+        assert _but_log_root(build_commitment("c1", lineage_of(again), TS)) == _but_log_root(ref), order
     # one at a time through apply, and through the plain fold
     inc = Lineage()
     for ev in by_jobs(events, ["D", "C", "B", "A"]):
         inc.apply(ev)
-    assert build_commitment("c1", inc, TS) == ref
+    assert _but_log_root(build_commitment("c1", inc, TS)) == _but_log_root(ref)
     assert commitment_root(fold_all(events)) == ref["root"]
+    # the same order, one at a time: the very same record
+    inc = Lineage()
+    for ev in events:
+        inc.apply(ev)
+    assert build_commitment("c1", inc, TS) == ref
 
 
 def test_redelivered_duplicates_do_not_change_the_commitment():
@@ -385,3 +400,73 @@ def test_a_later_head_extends_the_earlier_one_through_the_chain():
         h = chain_hash(h, dataclasses.replace(ev, hash=None))
     assert h == late["hash"]
     assert events[0].prev_hash == GENESIS
+
+
+# ---------------------------------------------------------------------- the fold log
+
+def test_the_fold_log_holds_every_accepted_event_in_fold_order():
+    events = cohort_events()
+    lin = Lineage()
+    leaves = []
+    for ev in by_jobs(events, ["D", "B", "A", "C"]):
+        result = lin.fold(ev)
+        assert result.accepted
+        leaves.append(sha_parts(ev.job_id, ev.seq, ev.hash))
+        assert event_leaf(ev) == leaves[-1]
+        assert lin.log.size == len(leaves)
+    assert lin.log.root() == naive_root(leaves)
+    com = build_commitment("c1", lin, TS)
+    assert (com["log_root"], com["log_size"]) == (naive_root(leaves).hex(), len(events))
+
+
+def test_duplicates_and_refused_events_are_not_in_the_fold_log():
+    events = cohort_events()
+    lin = lineage_of(events)
+    size, root = lin.log.size, lin.log.root()
+    lin.apply_many(events[:5])                                      # redelivered duplicates
+    conflicting = dataclasses.replace(events[4], hash="0" * 64)     # same (job, seq), other bytes
+    assert not lin.fold(conflicting).accepted
+    assert (lin.log.size, lin.log.root()) == (size, root)
+
+
+def test_the_fold_log_is_append_only_across_commitments():
+    events = cohort_events()
+    lin = Lineage()
+    coms = []
+    for i, ev in enumerate(events):
+        lin.apply(ev)
+        if i % 4 == 3 or i == len(events) - 1:
+            coms.append(build_commitment("c1", lin, TS + i))
+    leaves = [event_leaf(e) for e in events]
+    for old in coms:
+        for new in coms:
+            if old["log_size"] > new["log_size"]:
+                continue
+            proof = merkle.consistency_proof(leaves[:new["log_size"]], old["log_size"])
+            assert merkle.verify_consistency(old["log_size"], new["log_size"], bytes.fromhex(old["log_root"]),
+                                             bytes.fromhex(new["log_root"]), proof)
+
+
+def test_the_fold_log_depends_on_the_interleaving_the_heads_root_does_not():
+    events = cohort_events()
+    a, b = lineage_of(events), lineage_of(by_jobs(events, ["D", "C", "B", "A"]))
+    assert commitment_root(a) == commitment_root(b)
+    assert a.log.size == b.log.size and a.log.root() != b.log.root()
+
+
+def test_a_bare_state_has_no_fold_log():
+    com = build_commitment("c1", fold_all(cohort_events()), TS)
+    assert com["log_root"] is None and com["log_size"] is None
+    empty = build_commitment("c0", Lineage(), TS)
+    assert empty["log_root"] == merkle.EMPTY_ROOT.hex() and empty["log_size"] == 0
+
+
+def test_check_heads():
+    com = build_commitment("c1", lineage_of(cohort_events()), TS)
+    assert check_heads(com) is None
+    assert "tree_size" in check_heads({**com, "tree_size": 3})
+    assert "do not hash" in check_heads({**com, "root": "00" * 32})
+    forged = [dict(h) for h in com["heads"]]
+    forged[0]["seq"] += 1
+    assert "do not hash" in check_heads({**com, "heads": forged})
+    assert "malformed" in check_heads({})

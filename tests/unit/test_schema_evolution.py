@@ -66,7 +66,8 @@ AGENT_FIELDS = {
     "DivergenceManifest": ["incident_id", "version", "cohort_id", "root", "verdict", "attributed_to", "contaminated",
                            "secondary_divergences", "tainted_checkpoints", "plans", "concurrency_snapshot",
                            "commitment_root", "ts"],
-    "LineageCommitment": ["cohort_id", "root", "tree_size", "heads", "snapshot", "ts", "signature", "key_id"],
+    "LineageCommitment": ["cohort_id", "root", "tree_size", "heads", "snapshot", "ts", "signature", "key_id",
+                          "log_root", "log_size"],
     "DeadLetter": ["original_topic", "original_partition", "original_offset", "original_key", "original_value",
                    "reason", "error_kind", "ts"],
 }
