@@ -34,22 +34,50 @@ def core_options(f):
     return f
 
 
+def _parse_as_of(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    if value is None:
+        return None
+    from streams.service.auditlog import parse_time
+
+    try:
+        return parse_time(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--json", "as_json", is_flag=True, help="Print the exact JSON of SPEC §11.")
 @click.option("--skip-invalid", is_flag=True,
               help="Report and skip malformed lines instead of stopping at the first one.")
+@click.option("--as-of", "as_of_ms", metavar="TIME", callback=_parse_as_of, default=None,
+              help="Print what was known at TIME instead of the final state: the events with ts <= "
+                   "TIME folded, without the end-of-log step. TIME: ms since the epoch or ISO 8601 "
+                   "(UTC when no zone). FILE may also be an audit archive (.avro). See docs/as-of.md.")
+@click.option("--grace-seconds", type=click.FloatRange(min=0), default=None,
+              help="With --as-of: a consumption unresolved for this long at TIME halts its job "
+                   "(the live referee's grace period). Default: only list unresolved sources.")
 @core_options
-def analyze(file: str, as_json: bool, skip_invalid: bool, window: int, spike_factor: float,
-            taint_margin: int) -> None:
+def analyze(file: str, as_json: bool, skip_invalid: bool, as_of_ms: int | None, grace_seconds: float | None,
+            window: int, spike_factor: float, taint_margin: int) -> None:
     """Fold the events of FILE (JSON Lines, '-' for stdin) and print incidents, plans, halts.
 
     Uses the same core as the stream processor, so the answer equals what the live pipeline
     reaches on the same events. Exits 1 when a line is malformed (the message names the file,
     line and field), unless --skip-invalid.
+
+    With --as-of TIME: which jobs were running, at which step, what was tainted, which plans the
+    referee had decided (and, for an archive with lineage.control, which commands it had
+    issued) at TIME.
     """
     err = Console(stderr=True)
     config = Config(window=window, spike_factor=spike_factor, taint_margin=taint_margin)
+    if as_of_ms is not None:
+        _analyze_as_of(err, file, as_of_ms, config, skip_invalid, as_json,
+                       None if grace_seconds is None else int(grace_seconds * 1000))
+        return
+    if grace_seconds is not None:
+        raise click.UsageError("--grace-seconds only applies with --as-of")
     progress_cb = None
     bar = None
     if file != "-" and err.is_terminal and not as_json:
@@ -81,6 +109,42 @@ def analyze(file: str, as_json: bool, skip_invalid: bool, window: int, spike_fac
         click.echo(json.dumps(analysis.result, indent=2, sort_keys=True))
         return
     render(Console(), analysis.result, analysis.events, len(analysis.skipped))
+
+
+def _analyze_as_of(err: Console, file: str, t_ms: int, config: Config, skip_invalid: bool, as_json: bool,
+                   grace_ms: int | None) -> None:
+    from streams.cli.asof_view import render_as_of
+    from streams.service.asof import as_of, load_jsonl_log
+    from streams.adapters.archive import ArchiveError
+    from streams.service.auditlog import AuditLogError, load_archive
+
+    skipped = []
+    try:
+        if file != "-" and _is_archive(file):
+            log = load_archive(file)
+        else:
+            log, skipped = load_jsonl_log(file, skip_invalid=skip_invalid)
+    except JsonlError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        sys.exit(1)
+    except OSError as exc:
+        err.print(f"[red]error:[/red] cannot read {file}: {exc.strerror}", highlight=False)
+        sys.exit(2)
+    except (ArchiveError, AuditLogError, ValueError) as exc:
+        err.print(f"[red]error:[/red] cannot read {file}: {exc}", highlight=False)
+        sys.exit(2)
+    for s in skipped:
+        err.print(f"[yellow]skipped[/yellow] {s}", highlight=False)
+    answer = as_of(log, t_ms, config, grace_ms=grace_ms)
+    if as_json:
+        click.echo(json.dumps(answer, indent=2, sort_keys=True))
+        return
+    render_as_of(Console(), answer)
+
+
+def _is_archive(path: str) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(4) == b"Obj\x01"
 
 
 def render(console: Console, result: dict[str, Any], events: int, skipped: int) -> None:
