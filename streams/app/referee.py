@@ -8,12 +8,16 @@ crashed worker had, which is how a restarted or new worker recovers (see ``faust
 
 Commands are published at most once per ``command_id``: ``published`` holds the ids already
 on ``lineage.control`` (read back on recovery), and a replayed decision is never re-sent.
+
+Commitments are signed by ``signer`` when one is given: a callable taking the unsigned record
+and returning it with ``signature`` and ``key_id`` (e.g.
+:class:`streams.service.signing.CommitmentSigner`; the referee itself knows no cryptography).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from streams.core.commitment import build_commitment, commitment_root, concurrency_snapshot
 from streams.core.decide import (
@@ -46,13 +50,19 @@ class Handled:
     emissions: list[R.Emission] = field(default_factory=list)
 
 
+Signer = Callable[[dict[str, Any]], dict[str, Any]]
+
+
 class Referee:
-    def __init__(self, config: Config | None = None, ack_timeout_ms: int = 300_000) -> None:
+    def __init__(self, config: Config | None = None, ack_timeout_ms: int = 300_000,
+                 signer: Signer | None = None) -> None:
         self.config = config or Config()
         self.ack_timeout_ms = ack_timeout_ms
+        self.signer = signer
         self.engines: dict[str, Lineage] = {}
         self.partition_of: dict[str, int] = {}
         self.versions: dict[str, int] = {}
+        self.incident_cohort: dict[str, str] = {}
         self.snapshots: dict[str, list[dict[str, Any]]] = {}
         self.published: set[str] = set()
         self.issued: dict[str, tuple[str, str, int]] = {}  # command_id -> (cohort, job, issued ms)
@@ -80,6 +90,12 @@ class Referee:
     def drop_partition(self, partition: int) -> list[str]:
         """Forget the cohorts of a revoked partition (a later owner rebuilds them)."""
         gone = [c for c, p in self.partition_of.items() if p == partition]
+        gone_set = set(gone)
+        for x in [x for x, c in self.incident_cohort.items() if c in gone_set]:
+            # a later replay of the partition decides these versions again
+            self.versions.pop(x, None)
+            self.snapshots.pop(x, None)
+            self.incident_cohort.pop(x, None)
         for c in gone:
             self.engines.pop(c, None)
             self.partition_of.pop(c, None)
@@ -150,6 +166,7 @@ class Referee:
             elif isinstance(d, IncidentChanged):
                 version = self.versions.get(d.incident_id, 0) + 1
                 self.versions[d.incident_id] = version
+                self.incident_cohort[d.incident_id] = cohort
                 snap = self.snapshots.get(d.incident_id)
                 if snap is None:
                     snap = self.snapshots[d.incident_id] = concurrency_snapshot(lin)
@@ -221,6 +238,20 @@ class Referee:
         elif em.topic == "alerts":
             self.stats.alerts += 1
 
+    def apply_clock_halt(self, cohort: str, job_id: str, now_ms: int) -> list[R.Emission]:
+        """Halt ``job_id`` for its unresolved sources now, as :meth:`tick` does once the grace
+        period has passed (the audit replays the processor's clock-driven halts with this)."""
+        lin = self.engines.get(cohort)
+        if lin is None or job_id not in lin.state.jobs or not lin.state.expire_job(job_id):
+            return []
+        out: list[R.Emission] = []
+        for d in lin.decide():
+            if isinstance(d, HaltIssued):
+                em = R.halt_emission(d, now_ms)
+                self.decided_halt.setdefault(d.job_id, em)
+                out.append(em)
+        return self._dedupe(out, True)
+
     # ------------------------------------------------------------------ timers
 
     def tick(self, now_ms: int, grace_ms: int) -> list[R.Emission]:
@@ -256,7 +287,8 @@ class Referee:
         return self._dedupe(out, True)
 
     def commitments(self, now_ms: int, force: bool = False) -> list[R.Emission]:
-        """A LineageCommitment for every cohort whose record changed since its last one."""
+        """A LineageCommitment for every cohort whose record changed since its last one,
+        signed when the referee has a signer."""
         out: list[R.Emission] = []
         cohorts = sorted(self.engines) if force else sorted(self._dirty_cohorts)
         self._dirty_cohorts.clear()
@@ -268,6 +300,8 @@ class Referee:
             if not force and self._last_root.get(cohort) == record["root"]:
                 continue
             self._last_root[cohort] = record["root"]
+            if self.signer is not None:
+                record = self.signer(record)
             out.append(R.Emission("commitments", cohort, "LineageCommitment", record))
         return out
 

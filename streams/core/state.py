@@ -604,6 +604,19 @@ class LineageState:
                     self._halt(job, "UNTRACEABLE_SOURCE",
                                f"seq {c.seq} consumed {ckpt_id!r}, which no CheckpointWritten recorded")
 
+    def expire_job(self, job_id: str) -> bool:
+        """Halt one job for its unresolved consumptions, as :meth:`expire_unresolved` would once
+        its grace period passed (an audit re-applies the processor's clock-driven halts this
+        way). Returns whether the job had any."""
+        found = False
+        for ckpt_id, waiting in self.unresolved.items():
+            for inc, c, _seen in waiting:
+                if inc.job_id == job_id:
+                    found = True
+                    self._halt(self.jobs[job_id], "UNTRACEABLE_SOURCE",
+                               f"seq {c.seq} consumed {ckpt_id!r}, which no CheckpointWritten recorded")
+        return found
+
     # ------------------------------------------------------------------ dirty marks
 
     def take_dirty(self) -> "Dirty":

@@ -1,0 +1,700 @@
+"""``traintrace audit``: check a log without trusting the system that wrote it (SPEC §9).
+
+The audit reads an :class:`~streams.service.auditlog.AuditLog` (the topics, or an archive of
+them) and runs five checks, each with its own verdict:
+
+``chains``       every job's events on ``lineage.events``: seq 0, 1, 2, … with no gap, no
+                 conflicting duplicate (identical redeliveries are fine), every ``hash`` recomputed
+                 from the canonical bytes and linked to the previous one; undecodable records must
+                 be in the dead-letter topic.
+``input``        the processor's input (``lineage.by-cohort``) is exactly the events log: every
+                 routed event is byte for byte the record at its events position, every valid
+                 event was routed, each job's events in order. (Skipped, with a note, for a log
+                 without the input topic: then the fold order is the events' own order.)
+``commands``     re-folding the events in the processor's order through the same referee code
+                 gives exactly the commands on ``lineage.control``: none missing, none extra,
+                 none different (every field, the processor's timestamps included — they are
+                 the time of the input record that caused them, so a replay reproduces them).
+``manifests``    likewise every ``DivergenceManifest`` version, with the commitment root and
+                 concurrency snapshot it was decided with.
+``commitments``  every ``LineageCommitment`` is recomputed at the fold position it covers and
+                 must be equal field for field (root, heads, snapshot, fold log); with a keyring,
+                 every one must carry a valid Ed25519 signature by a trusted key.
+
+What the processor decides on its own clock is checked for justification instead of equality:
+an ``UNTRACEABLE_SOURCE`` halt (issued after a grace period) must name a job that consumed a
+checkpoint nobody had written when it was folded; a missing one is a warning.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from streams.adapters.archive import LogRecord
+from streams.app.referee import Referee
+from streams.codec import Codec, DecodeError
+from streams.core.chain import GENESIS, canonical_bytes, verify_link
+from streams.core.cohorts import CohortRouter
+from streams.core.commitment import build_commitment
+from streams.core.decide import HaltIssued
+from streams.core.errors import InvalidEvent
+from streams.core.events import CheckpointConsumed, Event, JobStarted, RolledBack, parse_event
+from streams.core.state import Config
+from streams.service import records as R
+from streams.service.auditlog import AuditLog
+
+CHECKS = ("chains", "input", "commands", "manifests", "commitments")
+TITLES = {
+    "chains": "hash chains and seq continuity",
+    "input": "the processor's input is the events log",
+    "commands": "every command follows from the log",
+    "manifests": "every manifest version follows from the log",
+    "commitments": "every commitment recomputes (and is signed)",
+}
+MAX_LISTED = 200  # findings kept per check (counts stay exact)
+
+
+@dataclass
+class Finding:
+    what: str
+    job_id: str | None = None
+    seq: int | None = None
+    where: str | None = None
+    field: str | None = None
+    expected: Any = None
+    found: Any = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in (("what", self.what), ("job_id", self.job_id), ("seq", self.seq),
+                                  ("where", self.where), ("field", self.field),
+                                  ("expected", self.expected), ("found", self.found)) if v is not None}
+
+    def line(self) -> str:
+        head = []
+        if self.job_id is not None:
+            head.append(f"job {self.job_id}")
+        if self.seq is not None:
+            head.append(f"seq {self.seq}")
+        if self.where:
+            head.append(f"at {self.where}")
+        s = (", ".join(head) + ": " if head else "") + self.what
+        if self.field is not None:
+            s += f" — {self.field}: expected {_short(self.expected)}, found {_short(self.found)}"
+        return s
+
+
+def _short(v: Any, n: int = 80) -> str:
+    s = repr(v)
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+@dataclass
+class Check:
+    name: str
+    checked: int = 0
+    failed: int = 0
+    warned: int = 0
+    failures: list[Finding] = field(default_factory=list)
+    warnings: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    skipped: bool = False
+
+    @property
+    def passed(self) -> bool:
+        return self.failed == 0
+
+    def fail(self, f: Finding) -> None:
+        self.failed += 1
+        if len(self.failures) < MAX_LISTED:
+            self.failures.append(f)
+
+    def warn(self, f: Finding) -> None:
+        self.warned += 1
+        if len(self.warnings) < MAX_LISTED:
+            self.warnings.append(f)
+
+    @property
+    def verdict(self) -> str:
+        return "SKIPPED" if self.skipped else ("PASS" if self.passed else "FAIL")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "title": TITLES[self.name], "verdict": self.verdict, "passed": self.passed,
+                "checked": self.checked, "failed": self.failed, "warned": self.warned,
+                "failures": [f.as_dict() for f in self.failures],
+                "warnings": [f.as_dict() for f in self.warnings], "notes": self.notes}
+
+
+@dataclass
+class AuditReport:
+    source: str
+    checks: list[Check]
+    events: int = 0
+    seconds: float = 0.0
+    final_state: dict[str, Any] = field(default_factory=dict)
+    #: what the replay decided, encoded: topic -> [(key, record name, bytes)] in decision order
+    recomputed: dict[str, list[tuple[str, str, bytes]]] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.checks)
+
+    def check(self, name: str) -> Check:
+        return next(c for c in self.checks if c.name == name)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "passed": self.passed, "verdict": "PASS" if self.passed else "FAIL",
+                "events": self.events, "seconds": round(self.seconds, 3),
+                "checks": [c.as_dict() for c in self.checks],
+                "recomputed": {t: len(v) for t, v in self.recomputed.items()},
+                "final_state": self.final_state, "meta": self.meta}
+
+
+@dataclass
+class _Item:
+    """One event in the processor's fold order."""
+
+    cohort: str
+    event: Event
+    ts: int
+    partition: int
+    where: str
+
+
+def _where(rec: LogRecord) -> str:
+    return f"{rec.topic}[{rec.partition}]@{rec.offset}"
+
+
+def _values_differ(expected: dict[str, Any], found: dict[str, Any], prefix: str = "") -> list[tuple[str, Any, Any]]:
+    out: list[tuple[str, Any, Any]] = []
+    for k in sorted(set(expected) | set(found)):
+        if k == "type" and not prefix:
+            continue  # the decoder names the record type; the records themselves have no such field
+        e, f = expected.get(k), found.get(k)
+        if isinstance(e, dict) and isinstance(f, dict):
+            out.extend(_values_differ(e, f, f"{prefix}{k}."))
+        elif e != f:
+            out.append((f"{prefix}{k}", e, f))
+    return out
+
+
+class Auditor:
+    def __init__(self, log: AuditLog, config: Config | None = None, trusted_keys: Any = None,
+                 codec: Codec | None = None, cut: bool = False,
+                 progress: Callable[[str, int, int], None] | None = None) -> None:
+        self.log = log
+        self.config = config or Config()
+        self.trusted = trusted_keys
+        self.codec = codec or Codec()
+        self.cut = cut or bool(log.meta.get("until"))
+        self.progress = progress
+        self.checks = {name: Check(name) for name in CHECKS}
+        # events position -> (record, event or None, error)
+        self.by_origin: dict[tuple[int, int], tuple[LogRecord, Event | None, str | None]] = {}
+        self.items: list[_Item] = []
+        self.dead: set[tuple[int, int]] = set()
+        self.clock_halts: dict[str, list[tuple[int, str]]] = {}
+
+    # ------------------------------------------------------------------ run
+
+    def run(self) -> AuditReport:
+        t0 = time.perf_counter()
+        self._dead_letters()
+        self._chains()
+        self._input()
+        expected, at_end, referee = self._replay()
+        self._compare_control(expected["control"], at_end)
+        self._compare_manifests(expected["manifests"])
+        report = AuditReport(self.log.source, [self.checks[c] for c in CHECKS], len(self.items))
+        report.final_state = referee.final_state()
+        report.recomputed = {t: [(em.key, em.record, self.codec.encode_record(em.record, em.value))
+                                 for em, _cause in v] for t, v in expected.items()}
+        report.seconds = time.perf_counter() - t0
+        report.meta = {"cut": self.cut, "has_input": self.log.has_input,
+                       "records": {t: len(v) for t, v in self.log.records.items()}}
+        return report
+
+    def _tick(self, stage: str, done: int, total: int) -> None:
+        if self.progress is not None:
+            self.progress(stage, done, total)
+
+    # ------------------------------------------------------------------ dead letters
+
+    def _dead_letters(self) -> None:
+        events_topic = (self.log.meta.get("topics") or {}).get("events")
+        for rec in self.log.topic("dlq"):
+            try:
+                _name, d = self.codec.decode_record(rec.value or b"")
+            except DecodeError:
+                continue
+            if events_topic is None or d.get("original_topic") in (events_topic, None) or \
+                    str(d.get("original_topic", "")).endswith("events"):
+                self.dead.add((d["original_partition"], d["original_offset"]))
+
+    # ------------------------------------------------------------------ chains
+
+    def _chains(self) -> None:
+        chk = self.checks["chains"]
+        recs = self.log.topic("events")
+        total = len(recs)
+        heads: dict[str, tuple[int, str | None]] = {}  # job -> (next seq, head hash)
+        seen: dict[tuple[str, int], Event] = {}
+        unhashed = 0
+        for i, rec in enumerate(recs):
+            if i % 5000 == 0:
+                self._tick("chains", i, total)
+            try:
+                ev = parse_event(self.codec.decode_event(rec.value or b""))
+            except (DecodeError, InvalidEvent) as exc:
+                self.by_origin[(rec.partition, rec.offset)] = (rec, None, str(exc))
+                if (rec.partition, rec.offset) in self.dead:
+                    chk.notes.append(f"{_where(rec)}: undecodable, dead-lettered ({exc})")
+                elif self.log.topic("dlq") or self.log.has_input:
+                    chk.fail(Finding(f"undecodable record that is not in the dead-letter topic: {exc}",
+                                     job_id=rec.key, where=_where(rec)))
+                else:
+                    chk.warn(Finding(f"undecodable record: {exc}", job_id=rec.key, where=_where(rec)))
+                continue
+            self.by_origin[(rec.partition, rec.offset)] = (rec, ev, None)
+            chk.checked += 1
+            job, seq = ev.job_id, ev.seq
+            where = _where(rec)
+            if ev.hash is None:
+                unhashed += 1
+            prev = seen.get((job, seq))
+            if prev is not None:
+                if prev != ev and canonical_bytes(prev) != canonical_bytes(ev):
+                    chk.fail(Finding("conflicting duplicate: a different event with the same seq",
+                                     job_id=job, seq=seq, where=where,
+                                     field=_first_diff(prev, ev)[0], expected=_first_diff(prev, ev)[1],
+                                     found=_first_diff(prev, ev)[2]))
+                continue
+            seen[(job, seq)] = ev
+            nxt, head = heads.get(job, (0, GENESIS))
+            if seq != nxt:
+                what = (f"seq gap: expected seq {nxt}, found {seq}" if seq > nxt
+                        else f"out of order: seq {seq} after seq {nxt - 1}")
+                chk.fail(Finding(what, job_id=job, seq=seq, where=where, field="seq", expected=nxt, found=seq))
+                head = None  # the link to a missing predecessor cannot be checked
+            if seq == 0 and not isinstance(ev, JobStarted):
+                chk.fail(Finding("seq 0 is not a JobStarted", job_id=job, seq=seq, where=where))
+            problem = verify_link(ev, head if head is not None else None)
+            if problem is not None:
+                chk.fail(Finding(f"hash chain broken: {problem}", job_id=job, seq=seq, where=where))
+            heads[job] = (max(nxt, seq + 1), ev.hash)
+        self._tick("chains", total, total)
+        if unhashed:
+            chk.notes.append(f"{unhashed} event(s) carry no hash: their chain links were not checked")
+        chk.notes.append(f"{len(heads)} job(s), {chk.checked} event(s)")
+
+    # ------------------------------------------------------------------ input
+
+    def _input(self) -> None:
+        chk = self.checks["input"]
+        if not self.log.has_input:
+            chk.skipped = True
+            chk.notes.append("the log has no processor input (lineage.by-cohort): the fold order is the "
+                             "events' own order, so only decisions that do not depend on the interleaving "
+                             "of jobs can be expected to match")
+            router = CohortRouter()
+            for (p, o), (rec, ev, _err) in sorted(self.by_origin.items()):
+                if ev is not None:
+                    self.items.append(_Item(router.route(ev), ev, rec.timestamp, 0, _where(rec)))
+            return
+        routed: set[tuple[int, int]] = set()
+        last_of_job: dict[str, int] = {}
+        recs = self.log.topic("input")
+        for i, rec in enumerate(recs):
+            if i % 200 == 0:
+                self._tick("input", i, len(recs))
+            try:
+                _name, batch = self.codec.decode_record(rec.value or b"")
+                cohort, events = batch["cohort_id"], batch["events"]
+            except (DecodeError, KeyError, TypeError) as exc:
+                chk.fail(Finding(f"undecodable input batch: {exc}", where=_where(rec)))
+                continue
+            for r in events:
+                chk.checked += 1
+                origin = (r["partition"], r["offset"])
+                owhere = f"events[{origin[0]}]@{origin[1]}"
+                have = self.by_origin.get(origin)
+                if have is None:
+                    ev = _try_parse(self.codec, r["value"])
+                    chk.fail(Finding(f"the processor folded an event that is not on the events log "
+                                     f"({owhere}, via {_where(rec)})",
+                                     job_id=ev.job_id if ev else None, seq=ev.seq if ev else None, where=owhere))
+                    continue
+                orec, ev, err = have
+                if orec.value != r["value"] or ev is None:
+                    folded = _try_parse(self.codec, r["value"])
+                    job = (folded or ev).job_id if (folded or ev) else orec.key
+                    seq = (folded or ev).seq if (folded or ev) else None
+                    f, e, g = _first_diff(folded, ev) if folded is not None and ev is not None else ("value", None, None)
+                    chk.fail(Finding(f"the events log holds different bytes than the processor folded "
+                                     f"(via {_where(rec)})", job_id=job, seq=seq, where=owhere,
+                                     field=f, expected=e, found=g))
+                    if folded is None:
+                        continue
+                    ev = folded
+                if origin in routed:
+                    continue  # a redelivered batch: the fold drops it as a duplicate
+                routed.add(origin)
+                last = last_of_job.get(ev.job_id)
+                if last is not None and ev.seq < last:
+                    chk.fail(Finding(f"folded out of order: seq {ev.seq} after seq {last} "
+                                     f"(via {_where(rec)})", job_id=ev.job_id, seq=ev.seq, where=owhere))
+                last_of_job[ev.job_id] = max(ev.seq, last if last is not None else -1)
+                self.items.append(_Item(cohort, ev, rec.timestamp, rec.partition, _where(rec)))
+        self._tick("input", len(recs), len(recs))
+        last_input_ts = max((r.timestamp for r in recs), default=0)
+        for origin, (rec, ev, _err) in sorted(self.by_origin.items()):
+            if ev is None or origin in routed or origin in self.dead:
+                continue
+            f = Finding("a valid event the processor never folded (and did not dead-letter)",
+                        job_id=ev.job_id, seq=ev.seq, where=_where(rec))
+            if self.cut or rec.timestamp >= last_input_ts:
+                f.what = "not yet folded when the log was read or cut"
+                chk.warn(f)
+            else:
+                chk.fail(f)
+
+    # ------------------------------------------------------------------ replay
+
+    def _replay(self) -> tuple[dict[str, list[tuple[R.Emission, _Item | None]]], list[R.Emission], Referee]:
+        referee = Referee(self.config)
+        self._clock_halts()
+        expected: dict[str, list[tuple[R.Emission, _Item | None]]] = {"control": [], "manifests": [], "commitments": []}
+        chk = self.checks["commitments"]
+        pending = self._commitment_targets()
+        # cohort -> (items folded, events accepted)
+        counts: dict[str, list[int]] = {}
+        for cohort in list(pending):
+            self._check_commitments(referee, cohort, pending, ("i", 0), expected)
+            self._check_commitments(referee, cohort, pending, ("a", 0), expected)
+        total = len(self.items)
+        for n, item in enumerate(self.items):
+            if n % 5000 == 0:
+                self._tick("replay", n, total)
+            if item.cohort in self.clock_halts:
+                self._apply_clock_halts(referee, item.cohort, item.ts - 1, expected)
+            handled = referee.handle(item.cohort, item.event, item.ts, partition=item.partition, publish=True)
+            for em in handled.emissions:
+                if em.topic in expected:
+                    expected[em.topic].append((em, item))
+            c = counts.setdefault(item.cohort, [0, 0])
+            c[0] += 1
+            c[1] += handled.result.accepted
+            if item.cohort in pending:
+                self._check_commitments(referee, item.cohort, pending, ("i", c[0]), expected)
+                if handled.result.accepted:
+                    self._check_commitments(referee, item.cohort, pending, ("a", c[1]), expected)
+        self._tick("replay", total, total)
+        for cohort, targets in pending.items():
+            for _key, lst in targets.items():
+                for rec, value in lst:
+                    chk.fail(Finding("commits to a fold position the log does not reach "
+                                     f"(log_size {value.get('log_size')}, {len(value.get('heads') or [])} heads)",
+                                     where=_where(rec)))
+        at_end: list[R.Emission] = []
+        for cohort in sorted(referee.engines):
+            for d in referee.engines[cohort].finish_input():
+                if isinstance(d, HaltIssued):
+                    at_end.append(R.halt_emission(d, 0))
+        return expected, at_end, referee
+
+    def _clock_halts(self) -> None:
+        """The halts the processor issued on its own clock (UNTRACEABLE_SOURCE after the grace
+        period), by cohort, in time order: the replay applies each at the same point of the fold
+        (before the first input record after it, and before any commitment taken after it)."""
+        self.clock_halts: dict[str, list[tuple[int, str]]] = {}
+        for rec in self.log.topic("control"):
+            try:
+                name, v = self.codec.decode_record(rec.value or b"")
+            except DecodeError:
+                continue
+            if name == "HaltCommand" and v.get("reason") == "UNTRACEABLE_SOURCE" and v.get("cohort_id") is not None:
+                self.clock_halts.setdefault(v["cohort_id"], []).append((v["issued_ts"], v["job_id"]))
+        for lst in self.clock_halts.values():
+            lst.sort()
+
+    def _apply_clock_halts(self, referee: Referee, cohort: str, upto_ts: int, expected) -> None:
+        lst = self.clock_halts.get(cohort)
+        while lst and lst[0][0] <= upto_ts:
+            ts, job = lst.pop(0)
+            for em in referee.apply_clock_halt(cohort, job, ts):
+                expected[em.topic].append((em, None))
+        if lst is not None and not lst:
+            self.clock_halts.pop(cohort, None)
+
+    def _commitment_targets(self) -> dict[str, dict[tuple[str, int], list[tuple[LogRecord, dict[str, Any]]]]]:
+        """Published commitments, by cohort and by the fold position they cover: ("a", n) after the
+        n-th accepted event (``log_size``), or ("i", k) after the k-th folded item (from the heads)."""
+        chk = self.checks["commitments"]
+        out: dict[str, dict[tuple[str, int], list[tuple[LogRecord, dict[str, Any]]]]] = {}
+        first_index: dict[tuple[str, int], int] = {}
+        per_cohort: dict[str, int] = {}
+        recs = self.log.topic("commitments")
+        if not recs:
+            chk.skipped = True
+            chk.notes.append("the log has no commitments")
+            return out
+        need_heads = False
+        decoded = []
+        for rec in recs:
+            if rec.value is None:
+                continue
+            try:
+                _name, value = self.codec.decode_record(rec.value)
+            except DecodeError as exc:
+                chk.fail(Finding(f"undecodable commitment: {exc}", where=_where(rec)))
+                continue
+            decoded.append((rec, value))
+            if value.get("log_size") is None:
+                need_heads = True
+        if need_heads:
+            for item in self.items:
+                k = per_cohort[item.cohort] = per_cohort.get(item.cohort, 0) + 1
+                first_index.setdefault((item.event.job_id, item.event.seq), k)
+        for rec, value in decoded:
+            chk.checked += 1
+            self._check_signature(rec, value)
+            cohort = value["cohort_id"]
+            if value.get("log_size") is not None:
+                key = ("a", int(value["log_size"]))
+            else:
+                pos = 0
+                for h in value.get("heads") or []:
+                    k = first_index.get((h["job_id"], h["seq"]))
+                    if k is None:
+                        chk.fail(Finding("commits to a head the log does not have", job_id=h["job_id"],
+                                         seq=h["seq"], where=_where(rec)))
+                        pos = -1
+                        break
+                    pos = max(pos, k)
+                if pos < 0:
+                    continue
+                key = ("i", pos)
+            out.setdefault(cohort, {}).setdefault(key, []).append((rec, value))
+        return out
+
+    def _check_commitments(self, referee: Referee, cohort: str, pending, key, expected) -> None:
+        targets = pending.get(cohort)
+        if not targets or key not in targets:
+            return
+        chk = self.checks["commitments"]
+        lin = referee.engine(cohort)
+        for rec, value in targets.pop(key):
+            self._apply_clock_halts(referee, cohort, value["ts"], expected)
+            mine = build_commitment(cohort, lin, value["ts"])
+            for k in ("signature", "key_id"):
+                mine[k] = value.get(k)
+            expected["commitments"].append((R.Emission("commitments", cohort, "LineageCommitment", mine), None))
+            diffs = _values_differ(_plain(mine), _plain(value))
+            for f, e, g in diffs[:5]:
+                chk.fail(Finding(f"commitment of cohort {cohort!r} differs from the recomputed one",
+                                 where=_where(rec), field=f, expected=e, found=g))
+        if not targets:
+            pending.pop(cohort, None)
+
+    def _check_signature(self, rec: LogRecord, value: dict[str, Any]) -> None:
+        chk = self.checks["commitments"]
+        if self.trusted is None:
+            if value.get("signature") and "signatures not checked" not in " ".join(chk.notes):
+                chk.notes.append("signatures not checked: no trusted keys given (--trusted-keys)")
+            return
+        from streams.service.signing import verify_commitment
+
+        ok, reason = verify_commitment(value, self.trusted)
+        if not ok:
+            chk.fail(Finding(f"signature rejected: {reason}", where=_where(rec), field="signature",
+                             expected="a valid signature by a trusted key", found=value.get("key_id")))
+
+    # ------------------------------------------------------------------ control
+
+    def _present(self, topic: str) -> bool:
+        return topic in self.log.records or topic in (self.log.meta.get("topics") or {})
+
+    def _compare_control(self, expected: list[tuple[R.Emission, _Item | None]], at_end: list[R.Emission]) -> None:
+        chk = self.checks["commands"]
+        if not self._present("control"):
+            chk.skipped = True
+            chk.notes.append(f"the log has no control topic: {len(expected)} command(s) recomputed, none to compare")
+            return
+        want: dict[str, tuple[R.Emission, _Item | None]] = {}
+        order_of_job: dict[str, list[str]] = {}
+        for em, cause in expected:
+            want[em.value["command_id"]] = (em, cause)
+            order_of_job.setdefault(em.value["job_id"], []).append(em.value["command_id"])
+        end_halts = {em.value["command_id"]: em for em in at_end}
+        got: dict[str, dict[str, Any]] = {}
+        operator = 0
+        for rec in self.log.topic("control"):
+            if rec.value is None:
+                continue
+            try:
+                name, value = self.codec.decode_record(rec.value)
+            except DecodeError as exc:
+                chk.fail(Finding(f"undecodable control record: {exc}", job_id=rec.key, where=_where(rec)))
+                continue
+            if name == "HaltCommand" and value.get("reason") == "RELEASE":
+                operator += 1
+                continue
+            chk.checked += 1
+            cid = value.get("command_id")
+            where = _where(rec)
+            prev = got.get(cid)
+            if prev is not None and prev == value:
+                continue  # re-published identically (a recovering worker, a redelivery)
+            got.setdefault(cid, value)
+            hit = want.get(cid)
+            if hit is None:
+                chk.fail(Finding(f"extra {name}: nothing in the log implies command {cid[:12]}",
+                                 job_id=value.get("job_id"), where=where,
+                                 field="action" if "action" in value else "reason",
+                                 expected=None, found=value.get("action") or value.get("reason")))
+                continue
+            em, cause = hit
+            if em.record != name:
+                chk.fail(Finding(f"command {cid[:12]} is a {name}, the log implies a {em.record}",
+                                 job_id=value.get("job_id"), where=where))
+                continue
+            for f, e, g in _values_differ(em.value, value)[:8]:
+                chk.fail(Finding(f"{name} {cid[:12]} differs from what the log implies"
+                                 + (f" (decided after {cause.event.job_id} seq {cause.event.seq}, {cause.where})"
+                                    if cause else ""),
+                                 job_id=value.get("job_id"), where=where, field=f, expected=e, found=g))
+        if operator:
+            chk.notes.append(f"{operator} operator release(s) (HaltCommand RELEASE) not audited: they are not decisions")
+        for cid, (em, cause) in want.items():
+            if cid in got:
+                continue
+            job = em.value["job_id"]
+            later = order_of_job[job][order_of_job[job].index(cid) + 1:]
+            f = Finding(f"missing {em.record} {cid[:12]}"
+                        + (f" ({em.value.get('action') or em.value.get('reason')}"
+                           f"{' → ' + str(em.value.get('target_checkpoint_id')) if em.value.get('target_checkpoint_id') else ''})")
+                        + (f", implied after {cause.event.job_id} seq {cause.event.seq} ({cause.where})" if cause else ""),
+                        job_id=job, seq=cause.event.seq if cause and cause.event.job_id == job else None,
+                        where=cause.where if cause else None)
+            if em.record != "HaltCommand" and any(c in got for c in later):
+                f.what += ": superseded before it was published (a recovering worker skips it)"
+                chk.warn(f)
+            elif self.cut:
+                f.what += ": not yet published when the log was read or cut"
+                chk.warn(f)
+            else:
+                chk.fail(f)
+        for cid, em in end_halts.items():
+            if cid not in got and cid not in want:
+                chk.warn(Finding(f"no HaltCommand yet for an unresolved source ({em.value.get('detail')}): "
+                                 "issued on the processor's clock after the grace period",
+                                 job_id=em.value["job_id"]))
+
+    # ------------------------------------------------------------------ manifests
+
+    def _compare_manifests(self, expected: list[tuple[R.Emission, _Item | None]]) -> None:
+        chk = self.checks["manifests"]
+        if not self._present("manifests"):
+            chk.skipped = True
+            chk.notes.append(f"the log has no manifests topic: {len(expected)} version(s) recomputed, none to compare")
+            return
+        want: dict[tuple[str, int], tuple[R.Emission, _Item | None]] = {}
+        latest: dict[str, int] = {}
+        for em, cause in expected:
+            k = (em.value["incident_id"], em.value["version"])
+            want[k] = (em, cause)
+            latest[k[0]] = max(latest.get(k[0], 0), k[1])
+        got: dict[tuple[str, int], dict[str, Any]] = {}
+        got_latest: dict[str, int] = {}
+        for rec in self.log.topic("manifests"):
+            if rec.value is None:
+                continue
+            try:
+                _name, value = self.codec.decode_record(rec.value)
+            except DecodeError as exc:
+                chk.fail(Finding(f"undecodable manifest: {exc}", where=_where(rec)))
+                continue
+            chk.checked += 1
+            k = (value["incident_id"], value["version"])
+            where = _where(rec)
+            root_job = (value.get("root") or {}).get("job_id")
+            prev = got.get(k)
+            if prev is not None and prev == value:
+                continue  # re-published identically (a recovering worker, a redelivery)
+            got.setdefault(k, value)
+            got_latest[k[0]] = max(got_latest.get(k[0], 0), k[1])
+            hit = want.get(k)
+            if hit is None:
+                chk.fail(Finding(f"extra manifest {k[0][:12]} v{k[1]}: the log implies no such version",
+                                 job_id=root_job, where=where))
+                continue
+            em, cause = hit
+            for f, e, g in _values_differ(em.value, value)[:8]:
+                chk.fail(Finding(f"manifest {k[0][:12]} v{k[1]} differs from what the log implies"
+                                 + (f" (decided after {cause.event.job_id} seq {cause.event.seq}, {cause.where})"
+                                    if cause else ""),
+                                 job_id=root_job, where=where, field=f, expected=e, found=g))
+        for k, (em, cause) in want.items():
+            if k in got:
+                continue
+            f = Finding(f"missing manifest {k[0][:12]} v{k[1]}"
+                        + (f", implied after {cause.event.job_id} seq {cause.event.seq} ({cause.where})" if cause else ""),
+                        job_id=em.value["root"]["job_id"], where=cause.where if cause else None)
+            if got_latest.get(k[0], 0) > k[1]:
+                f.what += ": a later version is present (the topic is compacted)"
+                chk.warn(f)
+            elif self.cut:
+                f.what += ": not yet published when the log was read or cut"
+                chk.warn(f)
+            else:
+                chk.fail(f)
+
+
+def _plain(v: dict[str, Any]) -> dict[str, Any]:
+    """A commitment as a comparable dict (lists of records as dicts keyed by position)."""
+    out: dict[str, Any] = {}
+    for k, x in v.items():
+        if isinstance(x, list):
+            out[k] = {str(i): (dict(y) if isinstance(y, dict) else y) for i, y in enumerate(x)}
+        else:
+            out[k] = x
+    return out
+
+
+def _try_parse(codec: Codec, value: bytes | None) -> Event | None:
+    try:
+        return parse_event(codec.decode_event(value or b""))
+    except (DecodeError, InvalidEvent):
+        return None
+
+
+def _first_diff(a: Event | None, b: Event | None) -> tuple[str | None, Any, Any]:
+    if a is None or b is None:
+        return None, None, None
+    if type(a) is not type(b):
+        return "type", type(a).__name__, type(b).__name__
+    for name in a.__dataclass_fields__:
+        x, y = getattr(a, name), getattr(b, name)
+        if x != y and not (x != x and y != y):  # NaN equals NaN here
+            return name, x, y
+    return None, None, None
+
+
+def audit(log: AuditLog, config: Config | None = None, trusted_keys: Any = None, cut: bool = False,
+          progress: Callable[[str, int, int], None] | None = None) -> AuditReport:
+    return Auditor(log, config, trusted_keys, cut=cut, progress=progress).run()
+
+
+def recomputed_digest(report: AuditReport, topics: Iterable[str] = ("manifests", "commitments")) -> str:
+    """SHA-256 over the recomputed records of ``topics``, in order: equal digests mean
+    byte-identical replays."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for t in topics:
+        for key, name, data in report.recomputed.get(t, []):
+            h.update(f"{t}\x00{key}\x00{name}\x00{len(data)}\x00".encode())
+            h.update(data)
+    return h.hexdigest()
