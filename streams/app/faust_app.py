@@ -138,6 +138,17 @@ class CheckpointView:
             consumer.close()
 
 
+def _signer(settings: WorkerSettings):
+    """The commitment signer of ``settings.signing_key`` (None: commitments go out unsigned)."""
+    if settings.signing_key is None:
+        return None
+    from streams.service.signing import CommitmentSigner
+
+    signer = CommitmentSigner.from_file(settings.signing_key)
+    log.info("signing LineageCommitments with key %s (%s)", signer.key_id, settings.signing_key)
+    return signer
+
+
 def _replay_partition(settings: WorkerSettings, codec: Codec, referee: Referee, partition: int,
                       start: int, end: int) -> int:
     """Fold ``lineage.by-cohort`` partition ``partition`` offsets [start, end) into the
@@ -308,7 +319,7 @@ def create_app(settings: WorkerSettings) -> faust.App:
 
     outbox = Outbox(settings, codec)
     router = Router(codec, cohort_table)
-    referee = Referee(settings.core, settings.ack_timeout_ms)
+    referee = Referee(settings.core, settings.ack_timeout_ms, signer=_signer(settings))
     ckview = CheckpointView(settings, codec)
     lock = asyncio.Lock()
     position: dict[int, int] = {}  # by-cohort partition -> next offset folded into the referee

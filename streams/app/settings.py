@@ -35,3 +35,6 @@ class WorkerSettings:
     batch_max: int = 2000
     batch_within_s: float = 0.01
     loglevel: str = "info"
+    #: Ed25519 private key (PEM) the LineageCommitments are signed with; None: unsigned
+    #: (``--signing-key`` / ``TRAINTRACE_SIGNING_KEY``; see docs/keys-and-proofs.md)
+    signing_key: Path | None = None

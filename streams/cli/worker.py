@@ -41,9 +41,13 @@ from streams.cli.common import bootstrap_option, err_console, fail, resolve_boot
               default=1.0, show_default=True, help="Seconds between offset commits.")
 @click.option("--loglevel", type=click.Choice(["crit", "error", "warn", "info", "debug"]),
               envvar="TRAINTRACE_LOGLEVEL", default="info", show_default=True)
+@click.option("--signing-key", type=click.Path(dir_okay=False, path_type=Path), envvar="TRAINTRACE_SIGNING_KEY",
+              default=None, metavar="FILE",
+              help="Ed25519 private key (PEM, from `traintrace keygen`) to sign every LineageCommitment with; "
+                   "unsigned without it. [env TRAINTRACE_SIGNING_KEY]")
 @core_options
 def worker(bootstrap, topic_prefix, app_id, partitions, data_dir, store, web_port, web_host, grace_seconds, ack_timeout,
-           commitment_interval, commit_interval, loglevel, window, spike_factor, taint_margin) -> None:
+           commitment_interval, commit_interval, loglevel, signing_key, window, spike_factor, taint_margin) -> None:
     """Run a processor worker: route lineage.events by cohort, fold each cohort through the
     lineage core, publish commands, manifests, alerts and commitments.
 
@@ -60,6 +64,16 @@ def worker(bootstrap, topic_prefix, app_id, partitions, data_dir, store, web_por
     from streams.app.settings import WorkerSettings
     from streams.core.state import Config
 
+    key_note = "commitments unsigned"
+    if signing_key is not None:  # fail before starting anything when the key is unusable
+        from streams.service.signing import CommitmentSigner, SigningError
+
+        try:
+            key_note = f"commitments signed by key {CommitmentSigner.from_file(signing_key).key_id}"
+        except SigningError as exc:
+            from rich.markup import escape
+
+            fail(escape(str(exc)))
     bootstrap, _ = resolve_bootstrap(bootstrap)
     topics = TopicNames.from_env(topic_prefix)
     try:
@@ -74,10 +88,11 @@ def worker(bootstrap, topic_prefix, app_id, partitions, data_dir, store, web_por
         core=Config(window=window, spike_factor=spike_factor, taint_margin=taint_margin),
         grace_ms=int(grace_seconds * 1000), ack_timeout_ms=int(ack_timeout * 1000),
         commitment_interval_s=commitment_interval, commit_interval_s=commit_interval, loglevel=loglevel,
+        signing_key=signing_key,
     )
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     err_console.print(f"traintrace worker: Kafka {bootstrap}, topics {topics.events} -> {topics.control}, "
-                      f"web http://{web_host}:{web_port}, data {settings.data_dir}", highlight=False)
+                      f"web http://{web_host}:{web_port}, data {settings.data_dir}, {key_note}", highlight=False)
     run_worker(settings)
 
 
