@@ -28,6 +28,7 @@ checkpoint nobody had written when it was folded; a missing one is a warning.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -40,7 +41,7 @@ from streams.core.cohorts import CohortRouter
 from streams.core.commitment import build_commitment
 from streams.core.decide import HaltIssued
 from streams.core.errors import InvalidEvent
-from streams.core.events import CheckpointConsumed, Event, JobStarted, RolledBack, parse_event
+from streams.core.events import CheckpointWritten, Event, JobStarted, parse_event
 from streams.core.state import Config
 from streams.service import records as R
 from streams.service.auditlog import AuditLog
@@ -195,7 +196,7 @@ class Auditor:
         self.by_origin: dict[tuple[int, int], tuple[LogRecord, Event | None, str | None]] = {}
         self.items: list[_Item] = []
         self.dead: set[tuple[int, int]] = set()
-        self.clock_halts: dict[str, list[tuple[int, str]]] = {}
+        self.clock_halts: dict[str, list[tuple[int, str, int | None]]] = {}
 
     # ------------------------------------------------------------------ run
 
@@ -379,6 +380,8 @@ class Auditor:
                 self._tick("replay", n, total)
             if item.cohort in self.clock_halts:
                 self._apply_clock_halts(referee, item.cohort, item.ts - 1, expected)
+                if isinstance(item.event, CheckpointWritten):
+                    self._halts_before_resolution(referee, item, expected)
             handled = referee.handle(item.cohort, item.event, item.ts, partition=item.partition, publish=True)
             for em in handled.emissions:
                 if em.topic in expected:
@@ -408,22 +411,38 @@ class Auditor:
         """The halts the processor issued on its own clock (UNTRACEABLE_SOURCE after the grace
         period), by cohort, in time order: the replay applies each at the same point of the fold
         (before the first input record after it, and before any commitment taken after it)."""
-        self.clock_halts: dict[str, list[tuple[int, str]]] = {}
+        self.clock_halts: dict[str, list[tuple[int, str, int | None]]] = {}
         for rec in self.log.topic("control"):
             try:
                 name, v = self.codec.decode_record(rec.value or b"")
             except DecodeError:
                 continue
             if name == "HaltCommand" and v.get("reason") == "UNTRACEABLE_SOURCE" and v.get("cohort_id") is not None:
-                self.clock_halts.setdefault(v["cohort_id"], []).append((v["issued_ts"], v["job_id"]))
+                m = re.match(r"seq (\d+) consumed", v.get("detail") or "")
+                self.clock_halts.setdefault(v["cohort_id"], []).append(
+                    (v["issued_ts"], v["job_id"], int(m.group(1)) if m else None))
         for lst in self.clock_halts.values():
             lst.sort()
+
+    def _halts_before_resolution(self, referee: Referee, item: _Item, expected) -> None:
+        """The processor halted a job whose source this write is about to resolve: so it did so
+        before folding the write (after it, nothing would have been unresolved)."""
+        lin = referee.engines.get(item.cohort)
+        waiting = lin.state.unresolved.get(item.event.checkpoint_id) if lin is not None else None
+        lst = self.clock_halts.get(item.cohort)
+        if not waiting or not lst:
+            return
+        waits = {(inc.job_id, c.seq) for inc, c, _seen in waiting}
+        for entry in [e for e in lst if (e[1], e[2]) in waits or (e[2] is None and any(j == e[1] for j, _ in waits))]:
+            lst.remove(entry)
+            for em in referee.apply_clock_halt(item.cohort, entry[1], entry[0], entry[2]):
+                expected[em.topic].append((em, None))
 
     def _apply_clock_halts(self, referee: Referee, cohort: str, upto_ts: int, expected) -> None:
         lst = self.clock_halts.get(cohort)
         while lst and lst[0][0] <= upto_ts:
-            ts, job = lst.pop(0)
-            for em in referee.apply_clock_halt(cohort, job, ts):
+            ts, job, seq = lst.pop(0)
+            for em in referee.apply_clock_halt(cohort, job, ts, seq):
                 expected[em.topic].append((em, None))
         if lst is not None and not lst:
             self.clock_halts.pop(cohort, None)
