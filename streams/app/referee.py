@@ -238,11 +238,11 @@ class Referee:
         elif em.topic == "alerts":
             self.stats.alerts += 1
 
-    def apply_clock_halt(self, cohort: str, job_id: str, now_ms: int) -> list[R.Emission]:
+    def apply_clock_halt(self, cohort: str, job_id: str, now_ms: int, seq: int | None = None) -> list[R.Emission]:
         """Halt ``job_id`` for its unresolved sources now, as :meth:`tick` does once the grace
         period has passed (the audit replays the processor's clock-driven halts with this)."""
         lin = self.engines.get(cohort)
-        if lin is None or job_id not in lin.state.jobs or not lin.state.expire_job(job_id):
+        if lin is None or job_id not in lin.state.jobs or not lin.state.expire_job(job_id, seq):
             return []
         out: list[R.Emission] = []
         for d in lin.decide():

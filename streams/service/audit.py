@@ -394,6 +394,8 @@ class Auditor:
                 if handled.result.accepted:
                     self._check_commitments(referee, item.cohort, pending, ("a", c[1]), expected)
         self._tick("replay", total, total)
+        for cohort in list(self.clock_halts):  # issued after the last input of their cohort
+            self._apply_clock_halts(referee, cohort, 1 << 62, expected)
         for cohort, targets in pending.items():
             for _key, lst in targets.items():
                 for rec, value in lst:
