@@ -82,9 +82,15 @@ def run(kafka_bootstrap, tmp_path_factory):
     topics = TopicNames.from_env(prefix)
     ensure_topics(kafka_bootstrap, standard_topics(topics, 4))
     app_id = f"tt-{prefix.rstrip('.')}"
+    keys, other = tmp / "keys", tmp / "other-keys"
+    for d in (keys, other):
+        r = CliRunner().invoke(cli, ["keygen", "--out", str(d)])
+        assert r.exit_code == 0, r.output
     workers = [WorkerProcess(kafka_bootstrap, prefix, app_id, tmp / f"worker{i}", 4,
                              extra_args=["--commit-interval", "0.2", "--grace-seconds", "3",
-                                         "--commitment-interval", "1"]).start() for i in range(2)]
+                                         "--commitment-interval", "1",
+                                         "--signing-key", str(keys / "processor.key")]).start()
+               for i in range(2)]
     try:
         for w in workers:
             w.wait_ready()
@@ -99,7 +105,8 @@ def run(kafka_bootstrap, tmp_path_factory):
             w.stop()
     archive = tmp / "log.avro"
     export(kafka_bootstrap, topics, str(archive))
-    return {"topics": topics, "archive": archive, "tmp": tmp, "bootstrap": kafka_bootstrap}
+    return {"topics": topics, "archive": archive, "tmp": tmp, "bootstrap": kafka_bootstrap,
+            "keys": keys, "other_keys": other}
 
 
 def test_clean_run_passes_every_check(run):
@@ -110,6 +117,54 @@ def test_clean_run_passes_every_check(run):
     assert all(not c.skipped for c in report.checks)
     assert by["commands"].checked > 20 and by["manifests"].checked > 10 and by["commitments"].checked >= 10
     assert by["input"].checked == by["chains"].checked
+
+
+def test_signatures_checked_against_the_keyring(run):
+    from streams.service.signing import load_keyring
+
+    good = audit(load_archive(str(run["archive"])), trusted_keys=load_keyring(str(run["keys"])))
+    assert good.passed and good.check("commitments").checked >= 10
+    bad = audit(load_archive(str(run["archive"])), trusted_keys=load_keyring(str(run["other_keys"])))
+    fails = bad.check("commitments").failures
+    assert fails and all("UNKNOWN_KEY" in f.what for f in fails)
+    assert [c.name for c in bad.checks if not c.passed] == ["commitments"]
+
+
+def test_unsigned_commitment_rejected_with_a_keyring(run, tmp_path):
+    from streams.service.signing import load_keyring
+
+    def change(records):
+        for i, r in enumerate(records):
+            if r.topic == "commitments":
+                name, v = CODEC.decode_record(r.value)
+                v["signature"], v["key_id"] = None, None
+                records[i] = replace(r, value=CODEC.encode_record(name, v))
+                change.at = f"commitments[{r.partition}]@{r.offset}"
+                return records
+
+    report = audit(load_archive(rewrite(run, tmp_path, change)), trusted_keys=load_keyring(str(run["keys"])))
+    assert [(f.where, "UNSIGNED" in f.what) for f in report.check("commitments").failures] == [(change.at, True)]
+
+
+def test_prove_and_verify_on_the_real_log(run, tmp_path):
+    runner = CliRunner()
+    log = load_archive(str(run["archive"]))
+    _n, com = CODEC.decode_record(log.topic("commitments")[-1].value)
+    job = com["heads"][0]["job_id"]
+    head = tmp_path / "head.json"
+    r = runner.invoke(cli, ["prove", str(run["archive"]), "--head", job, "--out", str(head)])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(cli, ["verify-proof", str(head), "--trusted-keys", str(run["keys"])])
+    assert r.exit_code == 0 and "VALID" in r.output, r.output
+    r = runner.invoke(cli, ["verify-proof", str(head), "--trusted-keys", str(run["other_keys"])])
+    assert r.exit_code == 1, r.output
+    size = com["log_size"]
+    cons = tmp_path / "cons.json"
+    r = runner.invoke(cli, ["prove", str(run["archive"]), "--consistency", f"{size // 2}:{size}",
+                            "--cohort", com["cohort_id"], "--out", str(cons)])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(cli, ["verify-proof", str(cons)])
+    assert r.exit_code == 0 and "VALID" in r.output, r.output
 
 
 def test_cli_export_and_audit_from_topics_and_archive(run, tmp_path):
