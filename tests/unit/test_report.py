@@ -1,0 +1,367 @@
+"""``traintrace report``: the lineage model read off the folded state, its HTML and PNG, the CLI."""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+
+import pytest
+from click.testing import CliRunner
+
+from streams.adapters.archive import LogRecord, write_archive
+from streams.cli.main import cli
+from streams.codec import Codec
+from streams.core.cohorts import CohortLineage
+from streams.core.events import event_to_dict, parse_event
+from streams.service.auditlog import fold_order, load
+from streams.service.report import ReportModel, build, render_html, render_png, render_svg
+from tests.unit.vectors import load_expected, load_lines, scenarios_dir, vector_names
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def vector(name: str) -> str:
+    return str(scenarios_dir() / f"{name}.jsonl")
+
+
+def model_of(name: str) -> ReportModel:
+    return build(load(vector(name)))
+
+
+def reference_fold(name: str) -> CohortLineage:
+    """The fold ``analyze`` does, done independently of the report."""
+    lineage = CohortLineage()
+    for item in fold_order(load(vector(name))):
+        if item.event is not None:
+            lineage.fold(item.event)
+    lineage.finish_input()
+    lineage.final_state()
+    return lineage
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == PNG_SIGNATURE
+    assert data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+# ------------------------------------------------------------------------------------ the model
+
+
+@pytest.mark.parametrize("name", vector_names())
+def test_model_matches_the_folded_state(name):
+    """For every vector: tainted checkpoints, consumption edges and rollback targets are the
+    fold's own, cohort by cohort, and together they give the expected final state."""
+    model = model_of(name)
+    ref = reference_fold(name)
+    expected = load_expected(name)
+    assert sorted(model.cohorts) == sorted(ref.cohorts)
+    tainted_all: set[str] = set()
+    for cohort_id, cm in model.cohorts.items():
+        eng = ref.cohorts[cohort_id]
+        final = eng.final_state()
+        assert cm.tainted_checkpoints == final["tainted_checkpoints"]
+        tainted_all.update(cm.tainted_checkpoints)
+        # one lane per job, one row per incarnation
+        assert [ln.job_id for ln in cm.lanes] == sorted(eng.state.jobs)
+        for ln in cm.lanes:
+            assert [sp.number for sp in ln.incarnations] == sorted(eng.state.jobs[ln.job_id].incarnations)
+            assert all(sp.start_step <= sp.end_step for sp in ln.incarnations)
+        # edges = the state's consumptions (base, restore, consume), same source, mode and seq
+        got = sorted((e.consumer_job_id, e.consumer_incarnation, e.seq, e.source_checkpoint_id, e.mode, e.kind)
+                     for e in cm.edges if e.kind != "alias")
+        want = sorted((job.job_id, inc.number, c.seq, c.checkpoint_id, c.mode, c.kind)
+                      for job in eng.state.jobs.values() for inc in job.incarnations.values()
+                      for c in inc.consumptions.values())
+        assert got == want
+        for e in cm.edges:
+            src = eng.state.checkpoints.get(e.source_checkpoint_id)
+            assert e.carries_taint == bool(e.tainting and src is not None and src.sources)
+            assert e.tainting == (e.mode != "EVAL_ONLY")
+        # aliases = the UNRECORDED_SHARING alerts
+        assert sorted((e.consumer_job_id, e.source_checkpoint_id) for e in cm.edges if e.kind == "alias") == \
+            sorted((a["job_id"], a["aliased_checkpoint_id"]) for a in final["alerts"]
+                   if a["kind"] == "UNRECORDED_SHARING" and a.get("aliased_checkpoint_id"))
+        # targets = the final plans' targets, and the target checkpoints are marked
+        plans = {p["job_id"]: p for p in final["plans"]}
+        assert cm.targets == {j: p["target_checkpoint_id"] for j, p in plans.items() if p["target_checkpoint_id"]}
+        for job_id, ck_id in cm.targets.items():
+            mark = cm.checkpoint(ck_id)
+            if mark is not None:  # a RESTART_FROM_BASE target may be unrecorded
+                assert job_id in mark.target_of
+        assert {ln.job_id: (ln.plan or {}).get("action") for ln in cm.lanes if ln.plan} == \
+            {j: p["action"] for j, p in plans.items()}
+        # divergences: one mark per diverged incarnation, roots = the incidents' roots
+        roots = {(i["root"]["job_id"], i["root"]["incarnation"], i["root"]["onset_step"]) for i in final["incidents"]}
+        assert {(d.job_id, d.incarnation, d.onset_step) for d in cm.divergences if d.root} == roots
+        assert cm.final == final
+    assert sorted(tainted_all) == expected["tainted_checkpoints"]
+
+
+def test_seed_example_model():
+    """SPEC §12: A diverges at 500; B took A-520 (tainted) and A-480 (clean); C took A-480 only."""
+    model = model_of("01_seed_example")
+    assert list(model.cohorts) == ["c1"]
+    assert model.events == 180 and model.origin == "jsonl"
+    cm = model.cohorts["c1"]
+    assert [ln.job_id for ln in cm.lanes] == ["A", "B", "C"]
+    assert all(ln.rows == 1 for ln in cm.lanes)
+    assert cm.tainted_checkpoints == ["A-500", "A-520", "B-540", "B-560"]
+    assert {ck.checkpoint_id for ln in cm.lanes for ck in ln.checkpoints if not ck.tainted} >= {"A-480", "C-600"}
+    edges = {(e.source_checkpoint_id, e.consumer_job_id): e for e in cm.edges}
+    assert set(edges) == {("A-480", "B"), ("A-520", "B"), ("A-480", "C")}
+    assert edges[("A-520", "B")].carries_taint and edges[("A-520", "B")].source_step == 520
+    assert not edges[("A-480", "B")].carries_taint and edges[("A-480", "B")].consumer_step == 400
+    assert not edges[("A-480", "C")].carries_taint
+    assert cm.targets == {"A": "A-480", "B": "B-500"}
+    assert cm.checkpoint("A-480").target_of == ["A"]
+    [d] = cm.divergences
+    assert (d.job_id, d.incarnation, d.onset_step, d.verdict, d.root) == ("A", 0, 500, "INTERNAL", True)
+    assert d.incident_ids == [cm.final["incidents"][0]["incident_id"]]
+    assert cm.rollbacks == []
+    assert cm.lane("C").plan is None
+    a = cm.lane("A").incarnations[0]
+    assert (a.start_step, a.end_step, a.onset_step, a.abandoned_from) == (0, 520, 500, None)
+    assert len(a.progress) == 51 and all(isinstance(loss, float) for _s, loss in a.progress)
+    counts = cm.counts()
+    assert counts["lanes"] == 3 and counts["consumptions"] == 3 and counts["tainting_consumptions"] == 1
+    assert counts["incidents"] == 1 and counts["plans"] == 2 and counts["targets"] == 2
+
+
+def test_rollback_incarnations_model():
+    """08: A rolled back to its own A-480 (the rest of incarnation 0 is abandoned); C restarted
+    from B-560, a tainted checkpoint of another job (all of C's incarnation 0 is abandoned)."""
+    cm = model_of("08_rollback_incarnations").cohorts["c1"]
+    a, b, c = cm.lane("A"), cm.lane("B"), cm.lane("C")
+    assert (a.rows, b.rows, c.rows) == (2, 1, 2)
+    a0, a1 = a.incarnations
+    assert a0.in_ancestry and a0.abandoned_from == 480 and a1.abandoned_from is None
+    assert a1.start_step == 480 and a1.start_kind == "restore"
+    assert cm.checkpoint("A-520").abandoned and not cm.checkpoint("A-480").abandoned
+    c0, c1 = c.incarnations
+    assert not c0.in_ancestry and c0.fully_abandoned and c1.start_step == 560
+    assert cm.checkpoint("C-300").abandoned and cm.checkpoint("C-400").abandoned
+    rbs = {rb.job_id: rb for rb in cm.rollbacks}
+    assert (rbs["A"].from_incarnation, rbs["A"].to_incarnation, rbs["A"].restored_checkpoint_id,
+            rbs["A"].restored_job_id, rbs["A"].resumed_step, rbs["A"].from_step) == (0, 1, "A-480", "A", 480, 520)
+    assert (rbs["C"].restored_checkpoint_id, rbs["C"].restored_job_id, rbs["C"].resumed_step) == ("B-560", "B", 560)
+    restore = [e for e in cm.edges if e.kind == "restore"]
+    assert {(e.source_checkpoint_id, e.consumer_job_id, e.consumer_incarnation, e.carries_taint) for e in restore} == \
+        {("A-480", "A", 1, False), ("B-560", "C", 1, True)}
+    assert cm.tainted_checkpoints == ["A-520", "B-560", "C-600-i1"]
+    assert cm.targets == {"B": "B-510"}
+    assert c.plan["action"] == "RESTART_FROM_SCRATCH" and a.plan is None
+
+
+def test_pbt_cohort_model():
+    cm = model_of("14_pbt_cohort").cohorts["c31"]
+    assert len(cm.lanes) == 10 and cm.lane("j31-002").rows == 3
+    assert len(cm.divergences) == 9 and sum(d.root for d in cm.divergences) == 2
+    assert {d.verdict for d in cm.divergences if not d.root} == {"EXTERNAL"}
+    assert sum(1 for e in cm.edges if e.kind == "alias") == 3
+    assert any(not e.tainting for e in cm.edges)  # EVAL_ONLY reads are edges too, never tainting
+    assert all(not e.carries_taint for e in cm.edges if not e.tainting)
+    assert len(cm.targets) == 7
+    assert len(cm.rollbacks) == 8
+
+
+# --------------------------------------------------------------------------- HTML, SVG and PNG
+
+
+_EXTERNAL_REF = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", re.I)
+_NON_LOCAL_URL = re.compile(r"""url\(\s*["']?(?!#)""", re.I)  # url(#clip) is the SVG's own
+
+
+def assert_self_contained(page: str) -> None:
+    assert not _EXTERNAL_REF.search(page)
+    assert not _NON_LOCAL_URL.search(page)
+    low = page.lower()
+    for needle in ("<script", "<link", "@import", "<img", "<iframe", "<object", "<embed"):
+        assert needle not in low, needle
+
+
+def test_html_is_self_contained_and_holds_the_summary():
+    model = model_of("01_seed_example")
+    page = render_html(model)
+    assert page.startswith("<!DOCTYPE html>")
+    assert_self_contained(page)
+    assert page.count("<svg") == 1 and "</svg>" in page
+    assert "<?xml" not in page and "<!DOCTYPE svg" not in page
+    cm = model.cohorts["c1"]
+    for inc in cm.final["incidents"]:
+        assert inc["incident_id"] in page
+    for ck in cm.tainted_checkpoints:
+        assert f"<code>{ck}</code>" in page
+    assert "ROLLBACK" in page and "A-480" in page and "B-500" in page
+    assert "01_seed_example.jsonl" in page and "180 events" in page
+    assert "Audit" not in page
+
+
+def test_html_audit_block_and_several_cohorts():
+    model = model_of("14_pbt_cohort")
+    audit = {"passed": False, "checks": [{"name": "commitments", "passed": True, "detail": "12 roots"},
+                                         {"name": "manifests", "passed": False, "detail": "v3 differs"}]}
+    page = render_html(model, audit=audit, audit_path="out/audit.json", audit_href="audit.json")
+    assert_self_contained(page)
+    assert "FAILED" in page and "commitments" in page and "v3 differs" in page
+    assert 'href="audit.json"' in page
+    for inc in model.cohorts["c31"].final["incidents"]:
+        assert inc["incident_id"] in page
+    for a in model.cohorts["c31"].final["alerts"]:
+        assert a["checkpoint_id"] in page
+
+
+def test_svg_inlines():
+    cm = model_of("08_rollback_incarnations").cohorts["c1"]
+    svg, info = render_svg(cm, summary=False)
+    assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
+    assert 'width="100%"' in svg and "<metadata>" not in svg
+    assert info.x_scale == "linear"
+
+
+@pytest.mark.parametrize("name", ["01_seed_example", "08_rollback_incarnations", "14_pbt_cohort"])
+def test_png(name):
+    model = model_of(name)
+    cohort = model.order()[0]
+    data = render_png(model.cohorts[cohort], source=f"{name}.jsonl", events=model.events)
+    assert data.startswith(PNG_SIGNATURE)
+    w, h = png_size(data)
+    assert 1000 <= w <= 2500 and 300 <= h <= 4000
+    assert 10_000 < len(data) < 5_000_000
+
+
+def test_png_wildly_different_step_ranges_uses_a_symlog_axis(tmp_path):
+    """A short job next to a very long one: the short one is kept readable."""
+    lines = [
+        {"type": "JobStarted", "job_id": "short", "seq": 0, "incarnation": 0, "ts": 1, "cohort_id": "c",
+         "base_model": "m", "base_checkpoint_id": None, "config_hash": None},
+        {"type": "JobStarted", "job_id": "long", "seq": 0, "incarnation": 0, "ts": 2, "cohort_id": "c",
+         "base_model": "m", "base_checkpoint_id": None, "config_hash": None},
+        {"type": "CheckpointWritten", "job_id": "short", "seq": 1, "incarnation": 0, "ts": 3, "checkpoint_id": "s-20",
+         "step": 20, "epoch": 0, "content_hash": "a" * 64, "uri": "x"},
+        {"type": "CheckpointWritten", "job_id": "long", "seq": 1, "incarnation": 0, "ts": 4,
+         "checkpoint_id": "l-90000", "step": 90000, "epoch": 9, "content_hash": "b" * 64, "uri": "x"},
+    ]
+    path = tmp_path / "ranges.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    cm = build(load(str(path))).cohorts["c"]
+    _svg, info = render_svg(cm)
+    assert info.x_scale.startswith("symlog")
+    assert render_png(cm).startswith(PNG_SIGNATURE)
+
+
+# ------------------------------------------------------------------------ control topic (archive)
+
+
+def _archive_with_commands(tmp_path, name: str = "01_seed_example") -> tuple[str, dict]:
+    codec = Codec()
+    recs = []
+    for i, line in enumerate(load_lines(name)):
+        ev = parse_event(line)
+        recs.append(LogRecord("events", 0, i, ev.ts, ev.job_id, codec.encode_event(event_to_dict(ev))))
+    plans = {p["job_id"]: p for p in reference_fold(name).cohorts["c1"].plans.values()}
+    a = plans["A"]
+    old = {"command_id": "f" * 64, "job_id": "A", "cohort_id": "c1", "incarnation": 0, "action": "RESTART_FROM_BASE",
+           "target_checkpoint_id": None, "target_step": None, "incident_ids": a["incident_ids"], "supersedes": None,
+           "issued_ts": 1, "commitment_root": None}
+    new = {"command_id": a["command_id"], "job_id": "A", "cohort_id": "c1", "incarnation": 0, "action": "ROLLBACK",
+           "target_checkpoint_id": "A-480", "target_step": 480, "incident_ids": a["incident_ids"],
+           "supersedes": "f" * 64, "issued_ts": 2, "commitment_root": None}
+    for off, value in enumerate((old, new)):
+        recs.append(LogRecord("control", 0, off, value["issued_ts"], "A", codec.encode_record("RollbackCommand", value)))
+    path = str(tmp_path / "log.avro")
+    write_archive(path, recs, {"topics": {"events": "lineage.events", "control": "lineage.control"}})
+    return path, a
+
+
+def test_archive_commands_from_the_control_topic(tmp_path):
+    path, plan_a = _archive_with_commands(tmp_path)
+    model = build(load(path))
+    assert model.origin == "archive" and model.control_records == 2 and model.events == 180
+    cm = model.cohorts["c1"]
+    assert cm.tainted_checkpoints == ["A-500", "A-520", "B-540", "B-560"]
+    first, second = cm.commands
+    assert (first["action"], first["in_force"], first["matches_plan"]) == ("RESTART_FROM_BASE", False, False)
+    assert (second["action"], second["target_checkpoint_id"], second["in_force"], second["matches_plan"]) == \
+        ("ROLLBACK", "A-480", True, True)
+    page = render_html(model)
+    assert_self_contained(page)
+    assert "Commands issued on the control topic (2)" in page and "superseded" in page and "in force" in page
+
+
+# ----------------------------------------------------------------------------------------- CLI
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(cli, ["report", *args])
+
+
+def test_cli_round_trip(tmp_path):
+    out = tmp_path / "r" / "lineage.html"
+    audit = tmp_path / "audit.json"
+    audit.write_text(json.dumps({"passed": True, "checks": [{"name": "replay", "passed": True, "detail": "ok"}]}))
+    result = invoke(vector("01_seed_example"), "--out", str(out), "--audit", str(audit), "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["html"] == str(out) and summary["png"] == {"c1": str(tmp_path / "r" / "lineage.png")}
+    assert summary["events"] == 180 and summary["audit"] == {"path": str(audit), "passed": True}
+    c1 = summary["cohorts"]["c1"]
+    assert (c1["lanes"], c1["tainted_checkpoints"], c1["consumptions"], c1["plans"], c1["incidents"]) == (3, 4, 3, 2, 1)
+    page = out.read_text(encoding="utf-8")
+    assert_self_contained(page)
+    assert "PASSED" in page and 'href="../audit.json"' in page
+    assert (tmp_path / "r" / "lineage.png").read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_cli_png_per_cohort_and_cohort_choice(tmp_path):
+    both = tmp_path / "both.jsonl"
+    both.write_text((scenarios_dir() / "01_seed_example.jsonl").read_text()
+                    + (scenarios_dir() / "14_pbt_cohort.jsonl").read_text())
+    result = invoke(str(both), "--out", str(tmp_path / "all.html"), "--png", str(tmp_path / "lineage.png"), "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["png"] == {"c1": str(tmp_path / "lineage-c1.png"), "c31": str(tmp_path / "lineage-c31.png")}
+    assert summary["cohort_order"] == ["c31", "c1"]  # largest first
+    page = (tmp_path / "all.html").read_text(encoding="utf-8")
+    assert page.count("<svg") == 2 and 'id="cohort-c1"' in page and 'id="cohort-c31"' in page
+    for p in summary["png"].values():
+        assert open(p, "rb").read(8) == PNG_SIGNATURE
+
+    result = invoke(str(both), "--cohort", "c1", "--out", str(tmp_path / "one.html"), "--no-png", "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert list(summary["cohorts"]) == ["c1"] and summary["png"] == {}
+    assert summary["cohort_order"] == ["c1"]
+    assert (tmp_path / "one.html").read_text(encoding="utf-8").count("<svg") == 1
+
+
+def test_cli_archive_source(tmp_path):
+    path, _ = _archive_with_commands(tmp_path)
+    result = invoke(path, "--out", str(tmp_path / "a.html"), "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["origin"] == "archive" and summary["cohorts"]["c1"]["commands"] == 2
+
+
+@pytest.mark.parametrize("setup, args, message", [
+    (None, ["{tmp}/missing.jsonl"], "cannot read"),
+    ("bad", ["{tmp}/bad.jsonl"], "bad.jsonl:2: field 'job_id'"),
+    ("corrupt", ["{tmp}/corrupt.avro"], "corrupt.avro"),
+    (None, ["{seed}", "--cohort", "nope"], "cohort 'nope' is not in"),
+    ("badaudit", ["{seed}", "--audit", "{tmp}/audit.json"], "audit"),
+])
+def test_cli_errors_exit_2_with_one_line(tmp_path, setup, args, message):
+    if setup == "bad":
+        first = (scenarios_dir() / "01_seed_example.jsonl").read_text().splitlines()[0]
+        (tmp_path / "bad.jsonl").write_text(first + "\n" + '{"type": "Progress", "seq": 1}\n')
+    elif setup == "corrupt":
+        (tmp_path / "corrupt.avro").write_bytes(b"Obj\x01" + b"\x00" * 40)
+    elif setup == "badaudit":
+        (tmp_path / "audit.json").write_text("[not json")
+    args = [a.format(tmp=tmp_path, seed=vector("01_seed_example")) for a in args]
+    result = invoke(*args, "--out", str(tmp_path / "x.html"))
+    assert result.exit_code == 2, result.output
+    err = result.stderr.strip()
+    assert err.startswith("error:") and message in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "x.html").exists()
