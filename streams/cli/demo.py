@@ -48,8 +48,13 @@ def demo(bootstrap: str | None, gate: str, workers: int, work_dir: Path | None, 
     finish; the clean jobs are not touched. Prints a live view while it runs (on a terminal), then
     the report: the incident, every command and its acknowledgement, the time from the divergence
     to the last acknowledged rollback, each job's end. The run's events are written to
-    WORK_DIR/events.jsonl (`traintrace analyze` reads it). Exit status 1 when the story did not
-    come out as expected.
+    WORK_DIR/events.jsonl (`traintrace analyze` reads it).
+
+    The workers sign their commitments with a key generated into WORK_DIR/keys; at the end the
+    run's topics are exported to WORK_DIR/log.avro, audited with that keyring (WORK_DIR/audit.json)
+    and drawn (WORK_DIR/lineage.html, WORK_DIR/lineage.png); the report's Audit section has each
+    check's verdict and the commands that redo it. Exit status 1 when the story (the audit
+    included) did not come out as expected.
     """
     from streams.service.demo import DemoError, delete_run_topics, run_demo
 
@@ -91,7 +96,14 @@ def demo(bootstrap: str | None, gate: str, workers: int, work_dir: Path | None, 
                 report = run_demo(bootstrap, work, gate=gate, workers=workers)
             else:
                 console.print(f"running: {workers} worker(s), 6 jobs, gate {gate}; work dir {work}")
-                report = run_demo(bootstrap, work, gate=gate, workers=workers)
+                seen: list[str] = []
+
+                def phase_line(st: Any) -> None:  # one line per phase, no redrawing
+                    if not seen or seen[-1] != st.phase:
+                        seen.append(st.phase)
+                        console.print(f"[dim]{st.elapsed:6.1f}s  {st.phase}[/dim]", highlight=False)
+
+                report = run_demo(bootstrap, work, gate=gate, workers=workers, on_tick=phase_line)
         except DemoError as exc:
             fail(str(exc), 1)
         except KeyboardInterrupt:
@@ -142,7 +154,8 @@ def _loss(x: Any) -> str:
 
 def render_live(state: Any) -> Group:
     """The live view: one row per job, the last alerts."""
-    table = Table(title=f"{state.phase} — {state.elapsed:.1f}s", title_justify="left", expand=False)
+    title = f"{state.phase}" + (f" ({state.progress})" if getattr(state, "progress", "") else "")
+    table = Table(title=f"{title} — {state.elapsed:.1f}s", title_justify="left", expand=False)
     for col, just in (("job", "left"), ("status", "left"), ("step", "right"), ("inc", "right"),
                       ("loss", "right"), ("referee sees", "right"), ("last", "left")):
         table.add_column(col, justify=just)
@@ -229,16 +242,20 @@ def render_report(console: Console, r: dict[str, Any]) -> None:
                       f"[bold]{t['divergence_to_first_command_s']:.3f}s[/bold]; to the last acknowledged "
                       f"rollback: [bold]{t['divergence_to_last_ack_s']:.3f}s[/bold].")
     console.print(f"Whole run {t['total_s']:.1f}s (setup {t.get('setup_s', 0):.1f}s, jobs "
-                  f"{t.get('jobs_s', 0):.1f}s, reading back {t.get('readback_s', 0):.1f}s); "
+                  f"{t.get('jobs_s', 0):.1f}s, reading back {t.get('readback_s', 0):.1f}s, export + audit + "
+                  f"report {t.get('audit_trail_s', 0):.1f}s); "
                   f"{r['workers']} worker(s), gate {r['gate']}, {r['events']['count']} events.")
     if r.get("alerts"):
         console.print(f"Alerts: " + ", ".join(f"{a['kind']} {a.get('job_id') or ''}".strip() for a in r["alerts"]))
+
+    if r.get("audit") is not None:
+        render_audit(console, r["audit"], bool(r.get("work_dir_kept")))
 
     failed = [c for c in r["checks"] if not c["ok"]]
     if r["story_ok"]:
         console.print(f"[green]✓ the story came out as expected[/green] ({len(r['checks'])} checks: root, "
                       f"verdict, scope, commands, acknowledgements, restored jobs, untouched jobs, "
-                      f"analyze of the exported log)")
+                      f"analyze of the exported log, audit of the log, lineage report)")
     else:
         console.print("[red]✗ the story did NOT come out as expected:[/red]")
         for c in failed:
@@ -258,6 +275,60 @@ def render_report(console: Console, r: dict[str, Any]) -> None:
     else:
         console.print(f"[dim]Work directory {r['work_dir']} and the run's topics removed (--keep or "
                       f"--work-dir DIR keeps them, with events.jsonl for `traintrace analyze`).[/dim]")
+
+
+_VERDICT_STYLE = {"PASS": "green", "FAIL": "red", "SKIPPED": "yellow", "ERROR": "red"}
+
+
+def render_audit(console: Console, a: dict[str, Any], kept: bool) -> None:
+    """The Audit section: the export, each check's verdict, the files, how to redo it."""
+    log = a.get("log") or {}
+    title = "Audit of the demo's log"
+    if log:
+        title += f" ({log.get('total', 0)} records exported"
+        title += f", {a.get('events', 0)} events re-folded)" if a.get("checks") else ")"
+    table = Table(title=title, title_justify="left")
+    for col, just in (("check", "left"), ("verdict", "left"), ("checked", "right"), ("failed", "right"),
+                      ("what", "left")):
+        table.add_column(col, justify=just)
+    for c in a.get("checks") or []:
+        what = c.get("title", "")
+        if c["name"] == "commitments" and c["checked"]:
+            what += f"; {a.get('signed_commitments', 0)} signed by key {a.get('key_id')}"
+        table.add_row(c["name"], Text(c["verdict"], style=_VERDICT_STYLE.get(c["verdict"], "")),
+                      str(c["checked"]), str(c["failed"]), what)
+    if a.get("checks"):
+        console.print(table)
+    for c in a.get("checks") or []:
+        for line in c.get("failures") or []:
+            console.print(f"  [red]✗ {c['name']}:[/red] {line}", highlight=False, soft_wrap=True)
+        for n in c.get("notes") or []:
+            console.print(f"  [dim]{c['name']}: {n}[/dim]", highlight=False, soft_wrap=True)
+    t = a.get("timing") or {}
+    took = ", ".join(f"{k} {t[k + '_s']:.2f}s" for k in ("export", "audit", "report") if k + "_s" in t)
+    if a.get("error"):
+        console.print(f"[bold red]AUDIT {'ERROR' if a.get('verdict') == 'ERROR' else a.get('verdict')}[/]: "
+                      f"{a['error']}" + (f" ({took})" if took else ""), highlight=False)
+    else:
+        console.print(("[bold green]AUDIT PASSED[/]" if a.get("passed") else "[bold red]AUDIT FAILED[/]")
+                      + (f" ({took})" if took else ""), highlight=False)
+    p = a["paths"]
+    if kept:
+        files = a.get("files") or {}
+        console.print(f"  log:     {p['log']}" + (f"  ({log.get('bytes', 0):,} bytes)" if log else ""), highlight=False)
+        console.print(f"  audit:   {p['audit']}", highlight=False)
+        console.print(f"  report:  {p['html']}" + (f"  ({files['html_bytes']:,} bytes)" if files.get("html_bytes") else ""),
+                      highlight=False)
+        console.print(f"  picture: {p['png']}" + (f"  ({files['png_bytes']:,} bytes)" if files.get("png_bytes") else ""),
+                      highlight=False)
+        console.print(f"  keys:    {p['keys']}  (key id {a.get('key_id')}; processor.key signs, the .pub verifies)",
+                      highlight=False)
+        console.print("  redo it:", highlight=False)
+        for cmd in a.get("commands") or []:
+            console.print(f"    {cmd}", highlight=False, soft_wrap=True)
+    else:
+        console.print("[dim]  log.avro, audit.json, lineage.html and lineage.png were written to the work "
+                      "directory, removed with it (--keep or --work-dir DIR keeps them).[/dim]")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -146,7 +146,7 @@ def report(source: str, cohort: str | None, out: str, png: str | None, no_png: b
                 for c, path in png_paths(base, cohorts).items():
                     cm = model.cohorts[c]
                     _write(path, render_png(cm, source=os.path.basename(model.source) or model.source,
-                                            events=cm.events))
+                                            events=cm.events, audit=audit))
                     written_png[c] = path
         except OSError as exc:
             fail(f"cannot write {exc.filename or out}: {exc.strerror or exc}")

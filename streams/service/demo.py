@@ -14,6 +14,17 @@ order, as ``traintrace analyze`` wants them) and the report to ``work_dir/report
 the story against :func:`streams.demo.scenario.expected`, and returns the report (a dict, the
 ``--json`` output of the command).
 
+The audit trail: at the start a processor signing key is generated into ``work_dir/keys/``
+(``processor.key``, 0600, and ``processor-<key id>.pub``, the keyring) and the workers sign every
+``LineageCommitment`` with it. At the end, once the pipeline is quiescent, the run's topics are
+exported to ``work_dir/log.avro`` (:func:`streams.service.export.export`, every default topic),
+that archive is audited with the keyring (:func:`streams.service.audit.audit`; the report's
+``as_dict()`` in ``work_dir/audit.json``) and drawn (:mod:`streams.service.report`:
+``work_dir/lineage.html`` with the audit's verdict block, ``work_dir/lineage.png``). The report's
+``audit`` section has the verdict per check, the files, and the commands that redo it; the story
+checks "audit of the demo's log passes" and "report written" hold when the audit passed with
+signed commitments checked and both files came out.
+
 While it runs, ``on_tick(state)`` (a :class:`DemoState`) is called a few times a second from
 the calling thread: what the job processes report through a multiprocessing queue (step,
 loss, incarnation, status), the referee's ``/jobs`` view and the alerts followed on
@@ -40,6 +51,7 @@ import logging
 import multiprocessing
 import os
 import queue
+import re
 import signal
 import threading
 import time
@@ -50,8 +62,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["DemoError", "DemoState", "JobView", "check_story", "delete_run_topics", "expected_for",
-           "run_demo"]
+__all__ = ["DemoError", "DemoState", "JobView", "audit_run", "check_story", "delete_run_topics",
+           "expected_for", "redo_commands", "run_demo"]
 
 log = logging.getLogger("traintrace.demo")
 
@@ -85,6 +97,7 @@ class DemoState:
     """What the run knows so far (updated by :func:`run_demo`, read by the live view)."""
 
     phase: str = "starting"
+    progress: str = ""           # a detail of the phase (records exported, events replayed, ...)
     started: float = field(default_factory=time.monotonic)
     jobs: dict[str, JobView] = field(default_factory=dict)
     alerts: list[dict[str, Any]] = field(default_factory=list)
@@ -512,7 +525,34 @@ def check_story(report: dict[str, Any], exp: dict[str, Any]) -> list[dict[str, A
     off = report.get("offline")
     if off is not None:
         add("offline fold equal", off["equal"], off["detail"])
+    au = report.get("audit")
+    if au is not None:
+        add("audit of the demo's log passes", audit_passed(au), audit_detail(au))
+        files = au.get("files") or {}
+        wrote = bool(files.get("html_has_svg")) and bool(files.get("png_is_png"))
+        add("report written", wrote,
+            au["error"] if au.get("error") and not wrote else
+            f"lineage.html ({files.get('html_bytes', 0):,} bytes, inline SVG: {bool(files.get('html_has_svg'))}), "
+            f"lineage.png ({files.get('png_bytes', 0):,} bytes, PNG: {bool(files.get('png_is_png'))})")
     return checks
+
+
+def audit_passed(au: dict[str, Any]) -> bool:
+    """The demo's audit passed, and the commitments were among what it checked, signatures
+    verified against the run's keyring."""
+    commitments = next((c for c in au.get("checks", []) if c["name"] == "commitments"), None)
+    return (bool(au.get("passed")) and not au.get("error") and commitments is not None
+            and commitments["verdict"] == "PASS" and commitments["checked"] > 0
+            and au.get("signed_commitments", 0) == commitments["checked"])
+
+
+def audit_detail(au: dict[str, Any]) -> str:
+    if au.get("error"):
+        return au["error"]
+    checks = ", ".join(f"{c['name']} {c['verdict']} ({c['checked']} checked"
+                       + (f", {c['failed']} failed" if c["failed"] else "") + ")" for c in au.get("checks", []))
+    return (f"{'PASSED' if au.get('passed') else 'FAILED'}: {checks}; {au.get('signed_commitments', 0)} "
+            f"commitment(s) signed by key {au.get('key_id')}")
 
 
 def _offline(events: list[dict[str, Any]], live_incidents: list[dict[str, Any]]) -> dict[str, Any]:
@@ -536,6 +576,134 @@ def _offline(events: list[dict[str, Any]], live_incidents: list[dict[str, Any]])
             "halts": len(final["halts"]),
             "detail": "analyze of events.jsonl gives the live incidents" if equal
             else "analyze of events.jsonl differs from the live incidents"}
+
+
+# ------------------------------------------------------------------- the audit trail
+
+
+def _q(path: Any) -> str:
+    import shlex
+
+    return shlex.quote(str(path))
+
+
+def redo_commands(work: Path) -> list[str]:
+    """The commands that redo the demo's audit, its lineage report and the offline analysis."""
+    return [
+        f"traintrace audit {_q(work / 'log.avro')} --trusted-keys {_q(work / 'keys')}",
+        f"traintrace report {_q(work / 'log.avro')} --out {_q(work / 'lineage.html')} "
+        f"--audit {_q(work / 'audit.json')}",
+        f"traintrace analyze {_q(work / 'events.jsonl')}",
+    ]
+
+
+def _finding_line(f: dict[str, Any]) -> str:
+    head = [x for x in (f"job {f['job_id']}" if f.get("job_id") is not None else "",
+                        f"seq {f['seq']}" if f.get("seq") is not None else "",
+                        f"at {f['where']}" if f.get("where") else "") if x]
+    s = (", ".join(head) + ": " if head else "") + str(f.get("what", ""))
+    if f.get("field") is not None:
+        s += f" — {f['field']}: expected {str(f.get('expected'))[:60]}, found {str(f.get('found'))[:60]}"
+    return s
+
+
+def audit_run(bootstrap: str, topics: Any, work: Path, key_id: str | None,
+              status: Callable[[str, str], None] | None = None) -> dict[str, Any]:
+    """Export the run's topics to ``work/log.avro``, audit the archive with the keyring of
+    ``work/keys`` into ``work/audit.json``, draw ``work/lineage.html`` and ``work/lineage.png``.
+
+    Returns the report's ``audit`` section. Never raises for what goes wrong on the way (an
+    export, an audit or a drawing that fails): the section says so in ``error`` and the story
+    checks fail. ``status(phase, detail)`` is told what is going on."""
+    from streams.codec import Codec, DecodeError
+    from streams.service.audit import audit as run_audit
+    from streams.service.auditlog import load_archive
+    from streams.service.export import DEFAULT_TOPICS, export
+
+    def say(phase: str, detail: str = "") -> None:
+        if status is not None:
+            status(phase, detail)
+
+    paths = {"log": work / "log.avro", "audit": work / "audit.json", "html": work / "lineage.html",
+             "png": work / "lineage.png", "keys": work / "keys"}
+    out: dict[str, Any] = {
+        "passed": False, "verdict": "ERROR", "error": None, "checks": [], "key_id": key_id,
+        "signed_commitments": 0, "events": 0,
+        "paths": {k: str(v) for k, v in paths.items()},
+        "commands": redo_commands(work),
+        "log": None, "files": {}, "timing": {},
+    }
+    stage = "export"
+    t = time.monotonic()
+    try:
+        say("exporting the log", "")
+        summary = export(bootstrap, topics, str(paths["log"]), topics=DEFAULT_TOPICS,
+                         progress=lambda topic, n: say("exporting the log", f"{topic}: {n} records"))
+        exp = summary.as_dict()
+        out["log"] = {"records": exp["records"], "total": exp["total"], "bytes": exp["bytes"]}
+        out["timing"]["export_s"] = round(time.monotonic() - t, 3)
+
+        stage, t = "audit", time.monotonic()
+        say("auditing the log", "")
+        from streams.service.signing import load_keyring
+
+        keyring = load_keyring(paths["keys"])
+        log_ = load_archive(str(paths["log"]))
+        rep = run_audit(log_, None, keyring,
+                        progress=lambda st, done, total: say("auditing the log", f"{st} {done}/{total}"))
+        d = rep.as_dict()
+        paths["audit"].write_text(json.dumps(d, indent=2, sort_keys=True, default=str) + "\n")
+        codec, signed = Codec(), 0
+        for rec in log_.topic("commitments"):
+            try:
+                _name, v = codec.decode_record(rec.value or b"")
+            except DecodeError:
+                continue
+            if v.get("signature") and v.get("key_id") in keyring:
+                signed += 1
+        out.update({
+            "passed": bool(d["passed"]), "verdict": d["verdict"], "events": d["events"],
+            "signed_commitments": signed, "trusted_keys": sorted(keyring),
+            "checks": [{"name": c["name"], "title": c["title"], "verdict": c["verdict"],
+                        "checked": c["checked"], "failed": c["failed"], "warned": c["warned"],
+                        "failures": [_finding_line(f) for f in c["failures"][:5]],
+                        "notes": list(c["notes"][:5])} for c in d["checks"]],
+        })
+        out["timing"]["audit_s"] = round(time.monotonic() - t, 3)
+
+        stage, t = "report", time.monotonic()
+        say("drawing the lineage report", "")
+        from streams.service.report import build, render_html, render_png, render_svg
+
+        model = build(log_)
+        cohorts = model.order()
+        svgs = {c: render_svg(model.cohorts[c], source=model.source, events=model.cohorts[c].events,
+                              summary=False) for c in cohorts}
+        page = render_html(model, cohorts=cohorts, audit=d, audit_path=str(paths["audit"]),
+                           audit_href="audit.json", svgs=svgs)
+        paths["html"].write_text(page, encoding="utf-8")
+        pngs: dict[str, str] = {}
+        for i, c in enumerate(cohorts):  # the demo has one cohort: lineage.png
+            path = paths["png"] if i == 0 else work / f"lineage-{re.sub(r'[^A-Za-z0-9._-]+', '_', c)}.png"
+            cm = model.cohorts[c]
+            path.write_bytes(render_png(cm, source=paths["log"].name, events=cm.events, audit=d))
+            pngs[c] = str(path)
+        png = paths["png"].read_bytes() if paths["png"].exists() else b""
+        out["files"] = {
+            "html_bytes": len(page.encode("utf-8")), "html_has_svg": "<svg" in page,
+            "png_bytes": len(png), "png_is_png": png.startswith(b"\x89PNG\r\n\x1a\n"),
+            "png_by_cohort": pngs,
+            "cohorts": {c: model.cohorts[c].counts() for c in cohorts},
+            "dropped_labels": {c: svgs[c][1].dropped_labels for c in cohorts},
+        }
+        out["timing"]["report_s"] = round(time.monotonic() - t, 3)
+    except Exception as exc:  # the run is over: report what went wrong, do not lose the rest
+        log.exception("the demo's %s failed", stage)
+        out["error"] = f"{stage} failed: {type(exc).__name__}: {exc}"
+        out["timing"][f"{stage}_s"] = round(time.monotonic() - t, 3)
+        if stage != "report":
+            out["passed"], out["verdict"] = False, "ERROR"
+    return out
 
 
 # ------------------------------------------------------------------------------ the run
@@ -722,8 +890,31 @@ def run_demo(bootstrap: str, work_dir: str | os.PathLike[str], *, gate: str = "w
     def tick(phase: str | None = None) -> None:
         if phase is not None:
             state.phase = phase
+            state.progress = ""
         if on_tick is not None:
             on_tick(state)
+
+    last_status = [0.0]
+
+    def status(phase: str, detail: str = "") -> None:
+        """A phase (always shown) or its progress (shown every ``tick_interval`` at most)."""
+        if phase != state.phase:
+            state.phase, state.progress = phase, detail
+        else:
+            state.progress = detail
+            if time.monotonic() - last_status[0] < tick_interval:
+                return
+        last_status[0] = time.monotonic()
+        if on_tick is not None:
+            on_tick(state)
+
+    # the processor's signing key: the workers sign every commitment, the audit checks them
+    from streams.service.signing import SigningError, write_keypair
+
+    try:
+        keypair = write_keypair(work / "keys")
+    except SigningError as exc:
+        raise DemoError(f"cannot write the demo's signing key: {exc}") from exc
 
     started_workers: list[Any] = []
     procs: dict[str, Any] = {}
@@ -736,7 +927,9 @@ def run_demo(bootstrap: str, work_dir: str | os.PathLike[str], *, gate: str = "w
         tick(f"starting {workers} worker(s)")
         for i in range(workers):
             w = WorkerProcess(bootstrap, prefix, app_id, work / "workers" / f"w{i + 1}", partitions,
-                              extra_args=["--commit-interval", "0.2", "--loglevel", "info"])
+                              extra_args=["--commit-interval", "0.2", "--loglevel", "info",
+                                          "--signing-key", str(keypair.private_path),
+                                          "--commitment-interval", "2"])
             started_workers.append(w.start())
         for w in started_workers:
             try:
@@ -856,6 +1049,11 @@ def run_demo(bootstrap: str, work_dir: str | os.PathLike[str], *, gate: str = "w
                 fh.write(json.dumps(e) + "\n")
         commands = _commands(control, events)
         phases["readback_s"] = time.monotonic() - t_read
+        # the audit trail: the topics into an archive, audited with the keyring, drawn
+        t_audit = time.monotonic()
+        audit = audit_run(bootstrap, topics, work, keypair.key_id, status)
+        phases.update(audit["timing"])
+        phases["audit_trail_s"] = time.monotonic() - t_audit
         total = time.monotonic() - t0
         report: dict[str, Any] = {
             "cohort_id": COHORT_ID,
@@ -877,7 +1075,9 @@ def run_demo(bootstrap: str, work_dir: str | os.PathLike[str], *, gate: str = "w
             "work_dir": str(work),
             "logs": {"jobs": str(work / "logs"), "workers": [str(w.log_path) for w in started_workers],
                      "journals": str(work / "journals"), "checkpoints": str(work / "cohort"),
-                     "events": str(events_path), "report": str(work / "report.json")},
+                     "events": str(events_path), "report": str(work / "report.json"),
+                     "keys": str(work / "keys"), **{k: audit["paths"][k] for k in ("log", "audit", "html", "png")}},
+            "audit": audit,
             "topics": {"prefix": prefix, **topics.all()},
             "app_id": app_id,
             "bootstrap": bootstrap,

@@ -54,10 +54,16 @@ class CheckpointMark:
     target_of: list[str] = field(default_factory=list)       # jobs whose final plan targets it
     quarantined_by: list[str] = field(default_factory=list)  # jobs whose QUARANTINE plan lists it
     aliases: str | None = None       # T3: the tainted checkpoint of another job it copies
+    restored_by: list[str] = field(default_factory=list)     # jobs that rolled back to it (executed)
 
     @property
     def is_target(self) -> bool:
         return bool(self.target_of)
+
+    @property
+    def marked_target(self) -> bool:
+        """Drawn as a rollback target: a final plan's, or one a rollback already restored."""
+        return bool(self.target_of or self.restored_by)
 
 
 @dataclass
@@ -425,6 +431,13 @@ def _cohort_model(cohort_id: str, eng, side: _Side) -> CohortModel:
             sorted(set(side.reported.get(key, []))) + (["loss detector"] if inc.detected_onset is not None else []),
         ))
 
+    # the checkpoints rollbacks restored (a finished run has no plan left: these are its targets)
+    marks_by_id = {ck.checkpoint_id: ck for ln in lanes for ck in ln.checkpoints}
+    for rb in rollbacks:
+        mark = marks_by_id.get(rb.restored_checkpoint_id or "")
+        if mark is not None and rb.job_id not in mark.restored_by:
+            mark.restored_by.append(rb.job_id)
+
     incidents = [eng.incidents[x] for x in sorted(eng.incidents)]
     return CohortModel(cohort_id, side.events, lanes, edges, divergences, rollbacks, final, incidents)
 
@@ -588,7 +601,22 @@ MAX_ALL_LABELS = 150  # above this many checkpoints, label only the tainted and 
 ONSET_DY = 0.3   # onset markers sit above their row, pointing at the step
 ONSET_AT = [(0, 5, "center", "bottom"), (7, 0, "left", "center"), (-7, 0, "right", "center"),
             (0, 14, "center", "bottom")]
+MODE_AT = [(-5, 5, "right", "bottom"), (-5, -6, "right", "top"), (5, -6, "left", "top")]
 BELOW = [ABOVE[1], ABOVE[0], ABOVE[4], ABOVE[5], ABOVE[2], ABOVE[3], ABOVE[7], ABOVE[6]]
+
+
+def _curve_obstacles(lab: "_Labeler", p0: tuple[float, float], p1: tuple[float, float], rad: float) -> None:
+    """Mark the path of an ``arc3`` arrow from ``p0`` to ``p1`` (data coordinates) as taken,
+    so that no label is placed on top of it."""
+    t = lab.ax.transData
+    (x1, y1), (x2, y2) = t.transform(p0), t.transform(p1)
+    cx, cy = (x1 + x2) / 2 + rad * (y2 - y1), (y1 + y2) / 2 - rad * (x2 - x1)  # matplotlib's arc3
+    n = max(2, int(math.hypot(x2 - x1, y2 - y1) / 6))
+    for i in range(n + 1):
+        u = i / n
+        x = (1 - u) ** 2 * x1 + 2 * (1 - u) * u * cx + u ** 2 * x2
+        y = (1 - u) ** 2 * y1 + 2 * (1 - u) * u * cy + u ** 2 * y2
+        lab.occupy((x - 2.0, y - 2.0, x + 2.0, y + 2.0))
 
 
 @dataclass
@@ -622,9 +650,33 @@ def _x_extent(cm: CohortModel) -> tuple[float, float, str, float]:
     return lo, hi, "linear", 1.0
 
 
+def audit_summary(audit: dict[str, Any]) -> tuple[str, bool]:
+    """One line for an audit report (``traintrace audit --json`` / ``AuditReport.as_dict()``, or
+    the older ``{passed, checks: [{name, passed, detail}]}``): the verdict and each check's, with
+    counts when the report has them. Returns ``(text, passed)``."""
+    passed = bool(audit.get("passed"))
+    parts = []
+    for c in audit.get("checks") or []:
+        v = _verdict(c)
+        n = f" {c['checked']}" if isinstance(c.get("checked"), int) and v != "SKIPPED" else ""
+        f = f", {c['failed']} failed" if c.get("failed") else ""
+        parts.append(f"{c.get('name')} {v}{n}{f}")
+    return f"audit {'PASSED' if passed else 'FAILED'}" + (f": {' · '.join(parts)}" if parts else ""), passed
+
+
+def _verdict(c: dict[str, Any]) -> str:
+    v = c.get("verdict")
+    if v in ("PASS", "FAIL", "SKIPPED"):
+        return v
+    return "PASS" if c.get("passed") else "FAIL"
+
+
 def render_figure(cm: CohortModel, *, source: str = "", events: int | None = None,
-                  width: float = 14.0, summary: bool = True):
-    """A matplotlib figure of one cohort's lineage. Returns ``(figure, FigureInfo)``."""
+                  width: float = 14.0, summary: bool = True, audit: dict[str, Any] | None = None):
+    """A matplotlib figure of one cohort's lineage. Returns ``(figure, FigureInfo)``.
+
+    ``audit``: an audit report (see :func:`audit_summary`), shown as one header line (with
+    ``summary``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -657,6 +709,8 @@ def render_figure(cm: CohortModel, *, source: str = "", events: int | None = Non
         facts.insert(0, f"{events} events")
     facts += [f"{n_inc} incident(s)", f"{len(cm.tainted_checkpoints)} tainted checkpoint(s)",
               f"{len(cm.final['plans'])} plan(s)"]
+    if cm.rollbacks:
+        facts.append(f"{len(cm.rollbacks)} rollback(s) done")
     if cm.final["halts"]:
         facts.append(f"{len(cm.final['halts'])} halt(s)")
     if summary:
@@ -673,6 +727,10 @@ def render_figure(cm: CohortModel, *, source: str = "", events: int | None = Non
                            {"fontsize": 9.5, "color": C_TAINT_EDGE}))
         if not n_inc:
             header.append(("no divergence incident", {"fontsize": 9.5, "color": C_TARGET}))
+        if audit is not None:
+            text, ok = audit_summary(audit)
+            header.append((text, {"fontsize": 9.5, "color": C_TARGET if ok else C_TAINT_EDGE,
+                                  "fontweight": "bold"}))
 
     handles = _legend_handles(cm)
     ncol = 4
@@ -683,7 +741,7 @@ def render_figure(cm: CohortModel, *, source: str = "", events: int | None = Non
     head_in = 0.55 + 0.22 * len(header)
     plot_in = max(1.6, n_rows * row_h + (len(cm.lanes) - 1) * lane_gap * row_h + 0.6)
     height = head_in + plot_in + legend_in
-    statuses = {ln.job_id: _lane_status(ln) for ln in cm.lanes}
+    statuses = {ln.job_id: _lane_status(ln, cm.rollbacks) for ln in cm.lanes}
     multi = any(ln.rows > 1 for ln in cm.lanes)
     longest_job = max((len(ln.job_id) for ln in cm.lanes), default=1)
     left_in = 0.3 + 0.092 * longest_job + (0.42 if multi else 0.0)
@@ -788,13 +846,13 @@ def render_figure(cm: CohortModel, *, source: str = "", events: int | None = Non
                 fc, ec = "white", (C_ABANDONED if ck.abandoned else C_LIVE)
             ax.plot([ck.step], [yy], marker="s", markersize=7.5, markerfacecolor=fc, markeredgecolor=ec,
                     markeredgewidth=1.4, linestyle="none", zorder=5)
-            if ck.is_target:
+            if ck.marked_target:
                 ax.plot([ck.step], [yy], marker="o", markersize=15, markerfacecolor="none",
                         markeredgecolor=C_TARGET, markeredgewidth=2.2, linestyle="none", zorder=5.5)
             if ck.quarantined_by:
                 ax.plot([ck.step], [yy], marker="D", markersize=12, markerfacecolor="none",
                         markeredgecolor=C_QUARANTINE, markeredgewidth=1.3, linestyle="none", zorder=5.4)
-            lab.obstacle(ck.step, yy, 9 if ck.is_target else 5, 9 if ck.is_target else 5)
+            lab.obstacle(ck.step, yy, 9 if ck.marked_target else 5, 9 if ck.marked_target else 5)
 
     # divergence onsets
     for d in cm.divergences:
@@ -816,6 +874,7 @@ def render_figure(cm: CohortModel, *, source: str = "", events: int | None = Non
                                      connectionstyle="arc3,rad=-0.35", arrowstyle="-|>", mutation_scale=11,
                                      color=C_ROLLBACK, lw=1.5, linestyle=(0, (4, 2)), shrinkA=4, shrinkB=5,
                                      zorder=4))
+        _curve_obstacles(lab, (rb.from_step, y0), (rb.resumed_step, y1), -0.35)
 
     # consumption edges (clean ones fainter when there are many)
     busy = sum(1 for e in cm.edges if e.resolved) > 30
@@ -854,6 +913,8 @@ def render_figure(cm: CohortModel, *, source: str = "", events: int | None = Non
         ax.add_patch(FancyArrowPatch(p0, p1, connectionstyle=f"arc3,rad={rad}", arrowstyle="-|>",
                                      mutation_scale=9, shrinkA=4, shrinkB=3,
                                      zorder=4.5 if e.carries_taint else 3.5, **style))
+        if e.carries_taint or e.kind == "alias":  # what spreads the taint: no label on top of it
+            _curve_obstacles(lab, p0, p1, rad)
 
     # labels, most important first: onsets, targets, rollbacks, tainted / consumed checkpoints,
     # the other checkpoints, then the consumption modes (dropped first when crowded)
@@ -866,12 +927,15 @@ def render_figure(cm: CohortModel, *, source: str = "", events: int | None = Non
                   fontweight="bold", zorder=7)
     for ln in cm.lanes:
         for ck in ln.checkpoints:
-            if ck.is_target:
+            if ck.marked_target:
                 x, yy = ck_pos[ck.checkpoint_id]
                 name = _short(ck.checkpoint_id, ck.job_id)
-                lab.place(x, yy, f"↺ target {name}" + ("" if ck.target_of == [ck.job_id]
-                                                       else f" (of {', '.join(ck.target_of)})"),
-                          BELOW, required=True, fontsize=8, color=C_TARGET, fontweight="bold", zorder=7)
+                jobs = ck.target_of or ck.restored_by
+                text = f"↺ target {name}" + ("" if jobs == [ck.job_id] else f" (of {', '.join(jobs)})")
+                if not ck.is_target:
+                    text += " · restored"
+                lab.place(x, yy, text, BELOW, required=True, fontsize=8, color=C_TARGET, fontweight="bold",
+                          zorder=7)
     for rb in cm.rollbacks:
         y1 = ys.get((rb.job_id, rb.to_incarnation))
         if y1 is None:
@@ -880,12 +944,28 @@ def render_figure(cm: CohortModel, *, source: str = "", events: int | None = Non
         lab.place(rb.resumed_step, y1, f"↺ rolled back to {_short(where, rb.job_id)}",
                   [(8, -7, "left", "top"), (8, 6, "left", "bottom"), (-8, -7, "right", "top")],
                   fontsize=7.5, color=C_ROLLBACK, zorder=7)
+    # the mode of the consumptions that spread a taint, before the checkpoint labels take the room
+    n_edges = sum(1 for e in cm.edges if e.resolved)
+
+    def mode_label(e: Edge, candidates: list[tuple[float, float, str, str]]) -> None:
+        y1 = ys.get((e.consumer_job_id, e.consumer_incarnation))
+        if y1 is None or not e.resolved or e.kind == "restore":
+            return
+        colour = C_ALIAS if e.kind == "alias" else (
+            C_TAINT_EDGE if e.carries_taint else (C_EVAL if not e.tainting else C_CLEAN_EDGE))
+        lab.place(e.consumer_step, y1, _MODE_ABBR.get(e.mode, e.mode), candidates,
+                  fontsize=6.5, color=colour, fontstyle="italic", zorder=7, counted=False)
+
+    spreading = [e for e in cm.edges if e.carries_taint or e.kind == "alias"] if n_edges <= 40 else []
+    for e in spreading:
+        mode_label(e, MODE_AT + [(-12, 0, "right", "center"), (12, 0, "left", "center"), (5, 5, "left", "bottom"),
+                                 (-5, 14, "right", "bottom"), (-5, -15, "right", "top")])
     consumed = {e.source_checkpoint_id for e in cm.edges}
     order = sorted((ck for ln in cm.lanes for ck in ln.checkpoints),
                    key=lambda c: (not c.tainted, c.checkpoint_id not in consumed, c.step))
     label_all = len(order) <= MAX_ALL_LABELS
     for ck in order:
-        if ck.is_target:
+        if ck.marked_target:
             continue  # its target label names it
         if not label_all and not ck.tainted and ck.checkpoint_id not in consumed:
             info.unlabelled += 1
@@ -893,17 +973,10 @@ def render_figure(cm: CohortModel, *, source: str = "", events: int | None = Non
         x, yy = ck_pos[ck.checkpoint_id]
         colour = C_TAINT_EDGE if ck.tainted else ("#8a9099" if ck.abandoned else "#333333")
         lab.place(x, yy, _short(ck.checkpoint_id, ck.job_id), ABOVE, fontsize=7.5, color=colour, zorder=7)
-    n_edges = sum(1 for e in cm.edges if e.resolved)
     if n_edges <= 40:
         for e in cm.edges:
-            y1 = ys.get((e.consumer_job_id, e.consumer_incarnation))
-            if y1 is None or not e.resolved or e.kind == "restore":
-                continue
-            colour = C_ALIAS if e.kind == "alias" else (
-                C_TAINT_EDGE if e.carries_taint else (C_EVAL if not e.tainting else C_CLEAN_EDGE))
-            lab.place(e.consumer_step, y1, _MODE_ABBR.get(e.mode, e.mode),
-                      [(-5, 5, "right", "bottom"), (-5, -6, "right", "top"), (5, -6, "left", "top")],
-                      fontsize=6.5, color=colour, fontstyle="italic", zorder=7, counted=False)
+            if e not in spreading:
+                mode_label(e, MODE_AT)
     info.dropped_labels = lab.dropped
 
     fig.legend(handles=handles, loc="upper left",
@@ -937,16 +1010,21 @@ def _legend_handles(cm: CohortModel) -> list[Any]:
         (True, Line2D([], [], color=C_LIVE, lw=2.4, label="live training (current ancestry)")),
         (any(sp.abandoned_from is not None for sp in spans),
          Line2D([], [], color=C_ABANDONED, lw=2.4, label="abandoned by a rollback")),
-        (bool(cm.divergences), Line2D([], [], color=C_DIVERGED, lw=5.5, label="past a divergence onset")),
+        (any(sp.onset_step is not None and sp.onset_step < sp.end_step for sp in spans),
+         Line2D([], [], color=C_DIVERGED, lw=5.5, label="past a divergence onset")),
         (any(not c.tainted for c in cks),
          Line2D([], [], marker="s", markersize=7.5, markerfacecolor="white", markeredgecolor=C_LIVE,
                 linestyle="none", label="checkpoint (clean)")),
         (any(c.tainted for c in cks),
          Line2D([], [], marker="s", markersize=7.5, markerfacecolor=C_TAINT, markeredgecolor=C_TAINT_EDGE,
                 linestyle="none", label="checkpoint (tainted)")),
-        (any(c.is_target for c in cks),
+        (any(c.marked_target for c in cks),
          Line2D([], [], marker="o", markersize=13, markerfacecolor="none", markeredgecolor=C_TARGET,
-                markeredgewidth=2.2, linestyle="none", label="↺ rollback target (final plan)")),
+                markeredgewidth=2.2, linestyle="none",
+                label="↺ rollback target (" + " / ".join(
+                    w for w, used in (("final plan", any(c.is_target for c in cks)),
+                                      ("restored", any(c.restored_by and not c.is_target for c in cks))) if used)
+                + ")")),
         (any(c.quarantined_by for c in cks),
          Line2D([], [], marker="D", markersize=10, markerfacecolor="none", markeredgecolor=C_QUARANTINE,
                 linestyle="none", label="quarantined checkpoint")),
@@ -978,9 +1056,14 @@ def _legend_handles(cm: CohortModel) -> list[Any]:
     return [h for used, h in entries if used]
 
 
-def _lane_status(ln: Lane) -> list[tuple[str, str]]:
-    """The right-hand column: the job's final plan, halt and finish, one (text, colour) a line."""
+def _lane_status(ln: Lane, rollbacks: Iterable[RollbackMark] = ()) -> list[tuple[str, str]]:
+    """The right-hand column: the job's rollbacks done, final plan, halt and finish, one
+    (text, colour) a line."""
     lines: list[tuple[str, str]] = []
+    for rb in rollbacks:
+        if rb.job_id == ln.job_id:
+            lines.append((f"rolled back → {rb.restored_checkpoint_id or 'base'} (inc {rb.to_incarnation})",
+                          C_ROLLBACK))
     p = ln.plan
     if p is not None:
         a = p["action"]
@@ -1055,6 +1138,8 @@ th { background:#f3f5f7; font-weight:600; }
 .INTERNAL, .fail, .tainted { color:#fff; background:var(--taint); }
 .EXTERNAL { color:#fff; background:#8e44ad; } .INDETERMINATE { color:#fff; background:#e66101; }
 .pass, .clean { color:#fff; background:var(--ok); }
+.skip { color:#fff; background:#9a6700; }
+.finding { display:block; font-size:12.5px; } .fail-text { color:var(--taint); }
 .incident { border:1px solid var(--line); border-left:4px solid var(--taint); border-radius:6px; padding:8px 12px;
             margin:0 0 12px; }
 .audit { border:1px solid var(--line); border-radius:6px; padding:10px 14px; margin:14px 0; }
@@ -1079,23 +1164,74 @@ def _anchor(cohort: str) -> str:
     return "cohort-" + (re.sub(r"[^A-Za-z0-9_-]+", "_", cohort) or "unregistered")
 
 
+def _finding(f: Any) -> str:
+    """A finding of ``AuditReport.as_dict()`` (what, job_id, seq, where, field, expected,
+    found) as one line; a string as it is."""
+    if not isinstance(f, dict):
+        return str(f)
+    head = [x for x in (f"job {f['job_id']}" if f.get("job_id") is not None else "",
+                        f"seq {f['seq']}" if f.get("seq") is not None else "",
+                        f"at {f['where']}" if f.get("where") else "") if x]
+    s = (", ".join(head) + ": " if head else "") + str(f.get("what", ""))
+    if f.get("field") is not None:
+        s += f" — {f['field']}: expected {str(f.get('expected'))[:80]}, found {str(f.get('found'))[:80]}"
+    return s
+
+
+_VERDICT_TAG = {"PASS": ("pass", "PASS"), "FAIL": ("fail", "FAIL"), "SKIPPED": ("skip", "SKIPPED")}
+_FINDINGS_SHOWN = 5
+
+
 def _audit_html(audit: dict[str, Any], audit_path: str | None, audit_href: str | None) -> str:
+    """The verdict block: the report's verdict, then per check its verdict (PASS / FAIL /
+    SKIPPED), what it checks, how many items it checked and how many failed, and its first
+    failures, warnings and notes. Takes ``AuditReport.as_dict()`` (``traintrace audit --json``)
+    and the simpler ``{passed, checks: [{name, passed, detail}]}``."""
     passed = bool(audit.get("passed"))
     checks = audit.get("checks") or []
+    counted = any("checked" in c for c in checks)
     rows = []
     for c in checks:
-        ok = bool(c.get("passed"))
-        rows.append([f'<span class="tag {"pass" if ok else "fail"}">{"pass" if ok else "FAIL"}</span>',
-                     _e(c.get("name")), _e(c.get("detail"))])
+        cls, label = _VERDICT_TAG[_verdict(c)]
+        what = [f"<b>{_e(c.get('title'))}</b>"] if c.get("title") else []
+        if c.get("detail"):
+            what.append(_e(c.get("detail")))
+        failures = c.get("failures") or []
+        for f in failures[:_FINDINGS_SHOWN]:
+            what.append(f'<span class="finding fail-text">✗ {_e(_finding(f))}</span>')
+        n_failed = c.get("failed", len(failures)) or 0
+        if n_failed > min(len(failures), _FINDINGS_SHOWN):
+            what.append(f'<span class="muted">… {n_failed - min(len(failures), _FINDINGS_SHOWN)} more '
+                        f'failure(s) in the report</span>')
+        for f in (c.get("warnings") or [])[:_FINDINGS_SHOWN]:
+            what.append(f'<span class="finding">! {_e(_finding(f))}</span>')
+        for n in (c.get("notes") or [])[:_FINDINGS_SHOWN]:
+            what.append(f'<span class="muted">{_e(n)}</span>')
+        row = [f'<span class="tag {cls}">{label}</span>', f"<code>{_e(c.get('name'))}</code>"]
+        if counted:
+            row += [_e(c.get("checked", "")), _e(c.get("failed", "")) if c.get("failed") else "0"]
+        row.append("<br>".join(what))
+        rows.append(row)
     where = ""
     if audit_path:
         where = (f' · report: <a href="{_e(audit_href)}"><code>{_e(audit_path)}</code></a>' if audit_href
                  else f" · report: <code>{_e(audit_path)}</code>")
-    n_fail = sum(1 for c in checks if not c.get("passed"))
+    verdicts = [_verdict(c) for c in checks]
+    tally = [f"{len(checks)} check(s)", f"{verdicts.count('PASS')} passed", f"{verdicts.count('FAIL')} failed"]
+    if verdicts.count("SKIPPED"):
+        tally.append(f"{verdicts.count('SKIPPED')} skipped")
+    facts = ", ".join(tally)
+    if isinstance(audit.get("events"), int):
+        facts += f" · {audit['events']} events re-folded"
+        if isinstance(audit.get("seconds"), (int, float)):
+            facts += f" in {audit['seconds']:.2f}s"
+    if audit.get("source"):
+        facts += f" · log <code>{_e(audit['source'])}</code>"
+    headers = ["", "check"] + (["checked", "failed"] if counted else []) + ["what" if counted else "detail"]
     return (f'<section class="audit {"passed" if passed else "failed"}"><h2 style="margin-top:0;border:0">Audit: '
             f'<span class="tag {"pass" if passed else "fail"}">{"PASSED" if passed else "FAILED"}</span></h2>'
-            f'<p class="meta">{len(checks)} check(s), {n_fail} failed{where}</p>'
-            + (_table(["", "check", "detail"], rows, raw=True) if rows else "") + "</section>")
+            f'<p class="meta">{facts}{where}</p>'
+            + (_table(headers, rows, raw=True) if rows else "") + "</section>")
 
 
 def _cohort_html(cm: CohortModel, svg: str, info: FigureInfo) -> str:
@@ -1281,6 +1417,7 @@ __all__ = [
     "Lane",
     "ReportModel",
     "RollbackMark",
+    "audit_summary",
     "build",
     "model_dict",
     "render_figure",

@@ -7,6 +7,11 @@ j1 and j2 each acknowledged by a ``RolledBack`` carrying its ``command_id`` (che
 exported ``events.jsonl`` too), both jobs finished SUCCEEDED after restoring, j3–j6 untouched.
 With ``--gate refuse`` and two workers: j2's client refuses the tainted checkpoint, so only j1 is
 rolled back.
+
+The audit trail: the workers sign their commitments with the key the demo generated into
+``keys/``; the demo's export of its topics (``log.avro``) passes the audit with every commitment's
+signature checked against that keyring (``audit.json``), ``lineage.html`` and ``lineage.png`` are
+written, and ``traintrace audit log.avro --trusted-keys keys`` run by hand passes too.
 """
 
 from __future__ import annotations
@@ -129,6 +134,46 @@ def test_the_exported_log_analyzes_to_the_same_incident(warn_run) -> None:
     assert sorted(p.name for p in (work / "logs").iterdir()) == [f"j{i}.log" for i in range(1, 7)]
 
 
+def test_the_demo_log_is_audited_and_drawn(warn_run) -> None:
+    report, work, _rc = warn_run
+    au = report["audit"]
+    assert au["error"] is None, au["error"]
+    assert au["passed"] and au["verdict"] == "PASS", au
+    checks = {c["name"]: c for c in au["checks"]}
+    assert set(checks) == {"chains", "input", "commands", "manifests", "commitments"}
+    assert all(c["verdict"] == "PASS" and c["failed"] == 0 for c in checks.values()), checks
+    # the commitments were checked, each one's signature against the demo's keyring
+    assert checks["commitments"]["checked"] > 0
+    assert au["signed_commitments"] == checks["commitments"]["checked"]
+    assert au["trusted_keys"] == [au["key_id"]]
+    assert checks["commands"]["checked"] > 0 and checks["manifests"]["checked"] > 0
+    assert (work / "keys" / "processor.key").is_file() and (work / "keys" / f"processor-{au['key_id']}.pub").is_file()
+    saved = json.loads((work / "audit.json").read_text())
+    assert saved["passed"] is True
+    assert {c["name"]: c["checked"] for c in saved["checks"]} == {n: c["checked"] for n, c in checks.items()}
+    assert (work / "log.avro").read_bytes()[:4] == b"Obj\x01"
+
+    png = (work / "lineage.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    page = (work / "lineage.html").read_text()
+    assert "<svg" in page and "Audit:" in page and 'href="audit.json"' in page
+    assert "j1-110" in page and "j1-100" in page and "j2-120" in page
+
+    story = {c["check"]: c for c in report["checks"]}
+    assert story["audit of the demo's log passes"]["ok"] and story["report written"]["ok"]
+    wd = Path(report["work_dir"])  # resolved; plain characters, so the commands need no quoting
+    assert au["commands"][0] == f"traintrace audit {wd / 'log.avro'} --trusted-keys {wd / 'keys'}"
+    assert any(c.startswith(f"traintrace report {wd / 'log.avro'} --out ") for c in au["commands"])
+    assert f"traintrace analyze {wd / 'events.jsonl'}" in au["commands"]
+
+    # the first command, as a user runs it
+    proc = subprocess.run([sys.executable, "-m", "streams", "audit", str(work / "log.avro"),
+                           "--trusted-keys", str(work / "keys")],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "AUDIT PASSED" in proc.stdout
+
+
 def test_the_story_check_notices_a_wrong_run(warn_run) -> None:
     """check_story is not vacuous: an unacknowledged rollback, a touched clean job or a second
     incident each fail it."""
@@ -152,6 +197,17 @@ def test_the_story_check_notices_a_wrong_run(warn_run) -> None:
     r["incidents"].append({**r["incidents"][0], "incident_id": "x" * 64})
     assert "one incident" in {c["check"] for c in check_story(r, exp) if not c["ok"]}
 
+    # a failed audit, unsigned commitments, or a report not written
+    r = copy.deepcopy(report)
+    r["audit"]["passed"] = False
+    assert "audit of the demo's log passes" in {c["check"] for c in check_story(r, exp) if not c["ok"]}
+    r = copy.deepcopy(report)
+    r["audit"]["signed_commitments"] = 0
+    assert "audit of the demo's log passes" in {c["check"] for c in check_story(r, exp) if not c["ok"]}
+    r = copy.deepcopy(report)
+    r["audit"]["files"]["png_is_png"] = False
+    assert "report written" in {c["check"] for c in check_story(r, exp) if not c["ok"]}
+
 
 def test_gate_refuse_with_two_workers(kafka_bootstrap: str, tmp_path: Path) -> None:
     """The refusing gate keeps j2 clean: it skips the exploit of the tainted j1-110, so only j1
@@ -172,3 +228,6 @@ def test_gate_refuse_with_two_workers(kafka_bootstrap: str, tmp_path: Path) -> N
     assert j2["refused"] == [["j1-110", "PBT_EXPLOIT", 120]]
     assert (j2["status"], j2["incarnation"], j2["rolled_back"]) == ("SUCCEEDED", 0, False)
     assert report["jobs"]["j1"]["incarnation"] >= 1 and report["jobs"]["j1"]["status"] == "SUCCEEDED"
+    # two signing workers: the audit still passes with every commitment signed
+    au = report["audit"]
+    assert au["passed"] and au["signed_commitments"] > 0, au

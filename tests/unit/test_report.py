@@ -212,6 +212,47 @@ def test_html_audit_block_and_several_cohorts():
         assert a["checkpoint_id"] in page
 
 
+def test_html_audit_block_of_an_audit_report():
+    """The shape ``traintrace audit --json`` writes (``AuditReport.as_dict()``): each check's
+    verdict (PASS / FAIL / SKIPPED), counts, first failures and notes."""
+    model = model_of("08_rollback_incarnations")
+    check = {"title": "t", "warned": 0, "warnings": [], "notes": []}
+    audit = {"source": "log.avro", "passed": False, "verdict": "FAIL", "events": 42, "seconds": 0.5, "checks": [
+        {**check, "name": "chains", "verdict": "PASS", "passed": True, "checked": 42, "failed": 0, "failures": [],
+         "notes": ["3 job(s), 42 event(s)"]},
+        {**check, "name": "commands", "verdict": "FAIL", "passed": False, "checked": 4, "failed": 7,
+         "failures": [{"what": "command differs", "job_id": "A", "seq": 9, "where": "control[0]@3",
+                       "field": "target_checkpoint_id", "expected": "A-480", "found": "A-470"}] * 6},
+        {**check, "name": "commitments", "verdict": "SKIPPED", "passed": True, "checked": 0, "failed": 0,
+         "failures": [], "notes": ["the log has no commitments"]}]}
+    page = render_html(model, audit=audit)
+    block = page[page.index('<section class="audit'):]
+    block = block[:block.index("</section>")]
+    assert "FAILED" in block and "3 check(s), 1 passed, 1 failed, 1 skipped" in block
+    assert '<span class="tag skip">SKIPPED</span>' in block and '<span class="tag fail">FAIL</span>' in block
+    assert "<td>42</td>" in block and "<td>7</td>" in block
+    assert "job A, seq 9, at control[0]@3: command differs — target_checkpoint_id: expected A-480, found A-470" \
+        in block.replace("&#x27;", "'")
+    assert "… 2 more failure(s)" in block and "the log has no commitments" in block
+    assert_self_contained(page)
+
+    cm = model.cohorts[model.order()[0]]
+    png = render_png(cm, audit=audit)
+    assert png.startswith(PNG_SIGNATURE) and png != render_png(cm)
+
+
+def test_rollback_targets_of_a_finished_run_are_marked():
+    """08: once the rollbacks are done the final plans are gone; the restored checkpoints are
+    still drawn as the rollback targets."""
+    cm = model_of("08_rollback_incarnations").cohorts["c1"]
+    assert [(rb.job_id, rb.restored_checkpoint_id) for rb in cm.rollbacks] == [("A", "A-480"), ("C", "B-560")]
+    assert cm.checkpoint("B-560").restored_by == ["C"] and not cm.checkpoint("B-560").is_target
+    for rb in cm.rollbacks:
+        if rb.restored_checkpoint_id:
+            mark = cm.checkpoint(rb.restored_checkpoint_id)
+            assert mark is not None and rb.job_id in mark.restored_by and mark.marked_target
+
+
 def test_svg_inlines():
     cm = model_of("08_rollback_incarnations").cohorts["c1"]
     svg, info = render_svg(cm, summary=False)
