@@ -189,6 +189,15 @@ def read_to_end(bootstrap: str, topic: str, timeout: float = 30.0,
     progress while reading), not the whole read, so a large topic is read whole. Raises
     :class:`TopicNotFound`, :class:`BrokerUnreachable` or :class:`ReaderError`.
     """
+    for batch in read_batches_to_end(bootstrap, topic, timeout, connect_timeout):
+        for msg in batch:
+            yield _message(msg)
+
+
+def read_batches_to_end(bootstrap: str, topic: str, timeout: float = 30.0,
+                        connect_timeout: float = CONNECT_TIMEOUT, batch: int = 5000) -> Iterator[list[Any]]:
+    """As :func:`read_to_end`, in lists of confluent-kafka messages (no per-record wrapping:
+    for readers of whole logs, such as the audit)."""
     c = _consumer(bootstrap)
     consumer = c.consumer
     try:
@@ -204,36 +213,40 @@ def read_to_end(bootstrap: str, topic: str, timeout: float = 30.0,
         pending = set(ends)
         last_progress = time.monotonic()
         while pending:
-            msg = consumer.poll(0.5)
-            if msg is None:
+            msgs = consumer.consume(batch, timeout=0.05)
+            if not msgs:
                 if time.monotonic() - last_progress > timeout:
                     raise ReaderError(
                         f"reading {topic!r} on {bootstrap} made no progress for {timeout:g}s "
                         f"(partitions {sorted(pending)} not read to their end)")
                 continue
-            p = msg.partition()
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    # the end of what is readable now: at or past the snapshot's end (a
-                    # transaction marker can make the last offset unreadable)
-                    last_progress = time.monotonic()
+            out = []
+            for msg in msgs:
+                p = msg.partition()
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        # the end of what is readable now: at or past the snapshot's end (a
+                        # transaction marker can make the last offset unreadable)
+                        last_progress = time.monotonic()
+                        pending.discard(p)
+                        continue
+                    if _fatal(err):
+                        raise ReaderError(f"reading {topic!r} on {bootstrap} failed: {err.str()}")
+                    client_logger.warning("reading %s: %s", topic, err.str())
+                    continue
+                last_progress = time.monotonic()
+                if p not in pending:
+                    continue
+                off = msg.offset()
+                if off >= ends[p]:
                     pending.discard(p)
                     continue
-                if _fatal(err):
-                    raise ReaderError(f"reading {topic!r} on {bootstrap} failed: {err.str()}")
-                client_logger.warning("reading %s: %s", topic, err.str())
-                continue
-            last_progress = time.monotonic()
-            if p not in pending:
-                continue
-            off = msg.offset()
-            if off >= ends[p]:
-                pending.discard(p)
-                continue
-            if off >= ends[p] - 1:
-                pending.discard(p)
-            yield _message(msg)
+                if off >= ends[p] - 1:
+                    pending.discard(p)
+                out.append(msg)
+            if out:
+                yield out
     finally:
         consumer.close()
 

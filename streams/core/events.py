@@ -197,6 +197,21 @@ def _check(name: str, value: Any, kind: Any, nullable: bool) -> Any:
     return value
 
 
+_MISSING = object()
+_NONEMPTY = frozenset({"job_id", "checkpoint_id", "source_checkpoint_id", "cohort_id"})
+_NONNEGATIVE = frozenset({"seq", "incarnation"})
+_PLANS: dict[str, tuple[tuple[str, Any, bool, bool], ...]] = {}
+
+
+def _plan(etype: str) -> tuple[tuple[str, Any, bool, bool], ...]:
+    plan = _PLANS.get(etype)
+    if plan is None:
+        plan = _PLANS[etype] = tuple(
+            (name, kind, nullable, name in _OPTIONAL)
+            for spec in (_ENVELOPE_SPEC, _TYPE_SPEC[etype]) for name, (kind, nullable) in spec.items())
+    return plan
+
+
 def parse_event(data: Any) -> Event:
     """Validate the canonical dict form of one event and return the typed event."""
     if not isinstance(data, dict):
@@ -205,11 +220,35 @@ def parse_event(data: Any) -> Event:
     if etype not in _TYPE_SPEC:
         raise InvalidEvent("type", f"unknown event type {etype!r}; expected one of {', '.join(_TYPE_SPEC)}")
     values: dict[str, Any] = {}
-    for spec in (_ENVELOPE_SPEC, _TYPE_SPEC[etype]):
-        for name, (kind, nullable) in spec.items():
-            if name not in data and name not in _OPTIONAL:
+    for name, kind, nullable, optional in _plan(etype):
+        v = data.get(name, _MISSING)
+        if v is _MISSING:
+            if not optional:
                 raise InvalidEvent(name, "is missing")
-            values[name] = _check(name, data.get(name), kind, nullable)
+            v = None
+        # the common valid cases inline (this runs for every event); anything else goes through
+        # _check, which converts or raises with the reason
+        t = type(v)
+        if v is None:
+            if nullable:
+                values[name] = None
+                continue
+        elif kind == "str":
+            if t is str and "\x00" not in v and (v or name not in _NONEMPTY):
+                values[name] = v
+                continue
+        elif kind == "int":
+            if t is int and (v >= 0 or name not in _NONNEGATIVE):
+                values[name] = v
+                continue
+        elif kind == "float":
+            if t is float:
+                values[name] = v
+                continue
+        elif t is str and v in kind:
+            values[name] = v
+            continue
+        values[name] = _check(name, v, kind, nullable)
     return EVENT_TYPES[etype](**values)
 
 

@@ -23,10 +23,9 @@ from array import array
 from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass
-from dataclasses import fields as dataclass_fields
 from typing import Iterable
 
-from streams.core.chain import GENESIS, verify_link
+from streams.core.chain import GENESIS, canonical_with_nulls, verify_link
 from streams.core.events import (
     CheckpointConsumed,
     CheckpointWritten,
@@ -215,16 +214,11 @@ class Job:
         return min(self.halt_reasons, key=_HALT_RANK.__getitem__)
 
 
-_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def event_digest(event: Event) -> int:
-    """A stable 63-bit digest of an event's content, to tell identical from conflicting duplicates."""
-    cls = type(event)
-    names = _FIELDS.get(cls)
-    if names is None:
-        names = _FIELDS[cls] = tuple(f.name for f in dataclass_fields(cls))
-    raw = repr((cls.__name__, *(getattr(event, n) for n in names))).encode()
+def event_digest(event: Event, canonical: tuple[bytes, tuple[int, ...]] | None = None) -> int:
+    """A stable 63-bit digest of an event's content, to tell identical from conflicting
+    duplicates: over its SPEC §9 canonical bytes, which fields are null, and its ``hash``."""
+    cb, nulls = canonical if canonical is not None else canonical_with_nulls(event)
+    raw = b"%b\x01%r\x01%b" % (cb, nulls, (event.hash or "").encode())
     return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "little") >> 1 or 1
 
 
@@ -296,7 +290,8 @@ class LineageState:
                            f"first event of {event.job_id!r} is {type(event).__name__} seq {event.seq}, "
                            "no JobStarted", result)
         seq = event.seq
-        digest = event_digest(event)
+        canonical = canonical_with_nulls(event)
+        digest = event_digest(event, canonical)
         if seq < job.next_seq:
             known = job.digests[seq] if seq < len(job.digests) else 0
             result.accepted = False
@@ -325,7 +320,7 @@ class LineageState:
         # hash chain (SPEC §9), only where the event carries one
         if event.hash is not None:
             expected = GENESIS if seq == 0 else job.head_hash
-            problem = verify_link(event, expected)
+            problem = verify_link(event, expected, canonical[0])
             if problem:
                 self._halt(job, "CHAIN_BROKEN", f"seq {seq}: {problem}", result)
         job.head_hash = event.hash

@@ -28,8 +28,11 @@ checkpoint nobody had written when it was folded; a missing one is a warning.
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import os
 import re
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -153,7 +156,7 @@ class AuditReport:
                 "final_state": self.final_state, "meta": self.meta}
 
 
-@dataclass
+@dataclass(slots=True)
 class _Item:
     """One event in the processor's fold order."""
 
@@ -161,7 +164,11 @@ class _Item:
     event: Event
     ts: int
     partition: int
-    where: str
+    via: LogRecord
+
+    @property
+    def where(self) -> str:
+        return _where(self.via)
 
 
 def _where(rec: LogRecord) -> str:
@@ -243,6 +250,9 @@ class Auditor:
         heads: dict[str, tuple[int, str | None]] = {}  # job -> (next seq, head hash)
         seen: dict[tuple[str, int], Event] = {}
         unhashed = 0
+        for moved in self.log.disorder:
+            chk.fail(Finding("the archive holds this record out of offset order (records moved in the file)",
+                             where=moved))
         for i, rec in enumerate(recs):
             if i % 5000 == 0:
                 self._tick("chains", i, total)
@@ -261,14 +271,13 @@ class Auditor:
             self.by_origin[(rec.partition, rec.offset)] = (rec, ev, None)
             chk.checked += 1
             job, seq = ev.job_id, ev.seq
-            where = _where(rec)
             if ev.hash is None:
                 unhashed += 1
             prev = seen.get((job, seq))
             if prev is not None:
                 if prev != ev and canonical_bytes(prev) != canonical_bytes(ev):
                     chk.fail(Finding("conflicting duplicate: a different event with the same seq",
-                                     job_id=job, seq=seq, where=where,
+                                     job_id=job, seq=seq, where=_where(rec),
                                      field=_first_diff(prev, ev)[0], expected=_first_diff(prev, ev)[1],
                                      found=_first_diff(prev, ev)[2]))
                 continue
@@ -277,13 +286,13 @@ class Auditor:
             if seq != nxt:
                 what = (f"seq gap: expected seq {nxt}, found {seq}" if seq > nxt
                         else f"out of order: seq {seq} after seq {nxt - 1}")
-                chk.fail(Finding(what, job_id=job, seq=seq, where=where, field="seq", expected=nxt, found=seq))
+                chk.fail(Finding(what, job_id=job, seq=seq, where=_where(rec), field="seq", expected=nxt, found=seq))
                 head = None  # the link to a missing predecessor cannot be checked
             if seq == 0 and not isinstance(ev, JobStarted):
-                chk.fail(Finding("seq 0 is not a JobStarted", job_id=job, seq=seq, where=where))
+                chk.fail(Finding("seq 0 is not a JobStarted", job_id=job, seq=seq, where=_where(rec)))
             problem = verify_link(ev, head if head is not None else None)
             if problem is not None:
-                chk.fail(Finding(f"hash chain broken: {problem}", job_id=job, seq=seq, where=where))
+                chk.fail(Finding(f"hash chain broken: {problem}", job_id=job, seq=seq, where=_where(rec)))
             heads[job] = (max(nxt, seq + 1), ev.hash)
         self._tick("chains", total, total)
         if unhashed:
@@ -302,7 +311,7 @@ class Auditor:
             router = CohortRouter()
             for (p, o), (rec, ev, _err) in sorted(self.by_origin.items()):
                 if ev is not None:
-                    self.items.append(_Item(router.route(ev), ev, rec.timestamp, 0, _where(rec)))
+                    self.items.append(_Item(router.route(ev), ev, rec.timestamp, 0, rec))
             return
         routed: set[tuple[int, int]] = set()
         last_of_job: dict[str, int] = {}
@@ -319,13 +328,12 @@ class Auditor:
             for r in events:
                 chk.checked += 1
                 origin = (r["partition"], r["offset"])
-                owhere = f"events[{origin[0]}]@{origin[1]}"
                 have = self.by_origin.get(origin)
                 if have is None:
                     ev = _try_parse(self.codec, r["value"])
                     chk.fail(Finding(f"the processor folded an event that is not on the events log "
-                                     f"({owhere}, via {_where(rec)})",
-                                     job_id=ev.job_id if ev else None, seq=ev.seq if ev else None, where=owhere))
+                                     f"(events[{origin[0]}]@{origin[1]}, via {_where(rec)})",
+                                     job_id=ev.job_id if ev else None, seq=ev.seq if ev else None, where=f"events[{origin[0]}]@{origin[1]}"))
                     continue
                 orec, ev, err = have
                 if orec.value != r["value"] or ev is None:
@@ -334,7 +342,7 @@ class Auditor:
                     seq = (folded or ev).seq if (folded or ev) else None
                     f, e, g = _first_diff(folded, ev) if folded is not None and ev is not None else ("value", None, None)
                     chk.fail(Finding(f"the events log holds different bytes than the processor folded "
-                                     f"(via {_where(rec)})", job_id=job, seq=seq, where=owhere,
+                                     f"(via {_where(rec)})", job_id=job, seq=seq, where=f"events[{origin[0]}]@{origin[1]}",
                                      field=f, expected=e, found=g))
                     if folded is None:
                         continue
@@ -345,9 +353,9 @@ class Auditor:
                 last = last_of_job.get(ev.job_id)
                 if last is not None and ev.seq < last:
                     chk.fail(Finding(f"folded out of order: seq {ev.seq} after seq {last} "
-                                     f"(via {_where(rec)})", job_id=ev.job_id, seq=ev.seq, where=owhere))
+                                     f"(via {_where(rec)})", job_id=ev.job_id, seq=ev.seq, where=f"events[{origin[0]}]@{origin[1]}"))
                 last_of_job[ev.job_id] = max(ev.seq, last if last is not None else -1)
-                self.items.append(_Item(cohort, ev, rec.timestamp, rec.partition, _where(rec)))
+                self.items.append(_Item(cohort, ev, rec.timestamp, rec.partition, rec))
         self._tick("input", len(recs), len(recs))
         last_input_ts = max((r.timestamp for r in recs), default=0)
         for origin, (rec, ev, _err) in sorted(self.by_origin.items()):
@@ -704,8 +712,118 @@ def _first_diff(a: Event | None, b: Event | None) -> tuple[str | None, Any, Any]
 
 
 def audit(log: AuditLog, config: Config | None = None, trusted_keys: Any = None, cut: bool = False,
-          progress: Callable[[str, int, int], None] | None = None) -> AuditReport:
+          progress: Callable[[str, int, int], None] | None = None, workers: int | None = None) -> AuditReport:
+    """Audit ``log``. Cohorts are independent (SPEC §2: the lineage is folded per cohort), so a
+    large log is split by cohort into ``workers`` shards (default: the CPUs, at most 4) audited
+    by forked processes, and their reports merged; a log that cannot be split cleanly (a job
+    routed to cohorts of two shards) is audited in one process. Either way the verdicts, the
+    findings and the recomputed records are the same."""
+    n = workers if workers is not None else min(4, os.cpu_count() or 1)
+    if n > 1 and len(log.topic("events")) >= PARALLEL_MIN_EVENTS and "fork" in mp.get_all_start_methods():
+        t0 = time.perf_counter()
+        shards = split_by_cohort(log, n)
+        if shards is not None:
+            return _audit_shards(log, shards, config, trusted_keys, cut, progress, t0)
     return Auditor(log, config, trusted_keys, cut=cut, progress=progress).run()
+
+
+PARALLEL_MIN_EVENTS = 20_000
+_SHARDS: list[AuditLog] = []
+_SHARD_ARGS: tuple[Any, ...] = ()
+
+
+def _shard_of(key: str, n: int) -> int:
+    return zlib.crc32(key.encode("utf-8", "surrogatepass")) % n
+
+
+def split_by_cohort(log: AuditLog, n: int, codec: Codec | None = None) -> list[AuditLog] | None:
+    """``log`` as ``n`` logs, each holding whole cohorts: their processor input, their jobs'
+    events and commands, their manifests and commitments (the dead letters go to every shard).
+    None when a job was routed to cohorts of two shards, or the log has no processor input."""
+    codec = codec or Codec()
+    if not log.has_input:
+        return None
+    events_at = {(r.partition, r.offset): r for r in log.topic("events")}
+    job_shard: dict[str, int] = {}
+    shards = [AuditLog(meta=log.meta, source=log.source) for _ in range(n)]
+    for rec in log.topic("input"):
+        if rec.key is None:
+            return None
+        k = _shard_of(rec.key, n)
+        shards[k].add(rec)
+        try:
+            _name, batch = codec.decode_record(rec.value or b"")
+        except DecodeError:
+            continue  # the shard's audit reports it
+        for r in batch["events"]:
+            ev = events_at.get((r["partition"], r["offset"]))
+            job = ev.key if ev is not None else None
+            if job is None:
+                continue
+            if job_shard.setdefault(job, k) != k:
+                return None
+    for rec in log.topic("events"):
+        shards[job_shard.get(rec.key) if rec.key in job_shard else _shard_of(rec.key or "", n)].add(rec)
+    for rec in log.topic("control"):
+        shards[job_shard.get(rec.key) if rec.key in job_shard else _shard_of(rec.key or "", n)].add(rec)
+    for rec in log.topic("manifests"):
+        try:
+            _name, v = codec.decode_record(rec.value or b"")
+            cohort = v.get("cohort_id") or ""
+        except DecodeError:
+            cohort = ""
+        shards[_shard_of(cohort, n)].add(rec)
+    for rec in log.topic("commitments"):
+        shards[_shard_of(rec.key or "", n)].add(rec)
+    for shard in shards:
+        for t in ("events", "input", "control", "manifests", "commitments", "dlq"):
+            if t in log.records or t in (log.meta.get("topics") or {}):
+                shard.records.setdefault(t, [])
+        shard.records["dlq"] = list(log.topic("dlq"))
+    shards[0].disorder = list(log.disorder)
+    return shards
+
+
+def _run_shard(i: int) -> AuditReport:
+    config, trusted, cut = _SHARD_ARGS
+    return Auditor(_SHARDS[i], config, trusted, cut=cut).run()
+
+
+def _audit_shards(log: AuditLog, shards: list[AuditLog], config, trusted, cut, progress, t0) -> AuditReport:
+    global _SHARDS, _SHARD_ARGS
+    _SHARDS, _SHARD_ARGS = shards, (config, trusted, cut)
+    if progress is not None:
+        progress(f"audit ({len(shards)} processes)", 0, len(shards))
+    try:
+        with mp.get_context("fork").Pool(len(shards)) as pool:
+            parts = []
+            for done, part in enumerate(pool.imap(_run_shard, range(len(shards))), 1):
+                parts.append(part)
+                if progress is not None:
+                    progress(f"audit ({len(shards)} processes)", done, len(shards))
+    finally:
+        _SHARDS, _SHARD_ARGS = [], ()
+    checks = []
+    for name in CHECKS:
+        mine = [p.check(name) for p in parts]
+        c = Check(name, skipped=all(m.skipped for m in mine))
+        for m in mine:
+            c.checked += m.checked
+            c.failed += m.failed
+            c.warned += m.warned
+            c.failures.extend(m.failures)
+            c.warnings.extend(m.warnings)
+            c.notes.extend(x for x in m.notes if x not in c.notes)
+        c.failures, c.warnings = c.failures[:MAX_LISTED], c.warnings[:MAX_LISTED]
+        checks.append(c)
+    from streams.core.cohorts import merge_final_states
+
+    report = AuditReport(log.source, checks, sum(p.events for p in parts))
+    report.final_state = merge_final_states((f"shard{i}", p.final_state) for i, p in enumerate(parts))
+    report.recomputed = {t: [x for p in parts for x in p.recomputed.get(t, [])] for t in parts[0].recomputed}
+    report.meta = {**parts[0].meta, "records": {t: len(v) for t, v in log.records.items()}, "processes": len(shards)}
+    report.seconds = time.perf_counter() - t0
+    return report
 
 
 def recomputed_digest(report: AuditReport, topics: Iterable[str] = ("manifests", "commitments")) -> str:
@@ -714,8 +832,8 @@ def recomputed_digest(report: AuditReport, topics: Iterable[str] = ("manifests",
     import hashlib
 
     h = hashlib.sha256()
-    for t in topics:
-        for key, name, data in report.recomputed.get(t, []):
+    for t in topics:  # in a canonical order: how the audit was split must not matter
+        for key, name, data in sorted(report.recomputed.get(t, [])):
             h.update(f"{t}\x00{key}\x00{name}\x00{len(data)}\x00".encode())
             h.update(data)
     return h.hexdigest()

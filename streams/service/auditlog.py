@@ -48,6 +48,9 @@ class AuditLog:
     records: dict[str, list[LogRecord]] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     source: str = ""
+    #: records an archive held after a later offset of their topic partition (tampering, or a
+    #: file not written by ``export``)
+    disorder: list[str] = field(default_factory=list)
 
     def topic(self, name: str) -> list[LogRecord]:
         return self.records.get(name, [])
@@ -125,7 +128,12 @@ def parse_offsets(text: str) -> tuple[tuple[str, int, int], ...]:
 def load_archive(path: str, until: Until | None = None) -> AuditLog:
     meta, rows = read_archive(path)
     log = AuditLog(meta=meta, source=path)
+    last: dict[tuple[str, int], int] = {}
     for rec in rows:
+        tp = (rec.topic, rec.partition)
+        if last.get(tp, -1) >= rec.offset:
+            log.disorder.append(rec.where)
+        last[tp] = rec.offset
         if until is None or until.keeps(rec):
             log.add(rec)
     log.sort()
@@ -136,27 +144,30 @@ def load_topics(bootstrap: str, names: Any, until: Until | None = None,
                 topics: Iterable[str] = tuple(TOPICS),
                 progress: Callable[[str, int], None] | None = None) -> AuditLog:
     """Read every named logical topic from the beginning (``read_committed``) to its end now."""
-    from streams.adapters.reader import TopicNotFound, read_to_end
+    from streams.adapters.reader import TopicNotFound, read_batches_to_end
 
     log = AuditLog(meta={"topics": {t: getattr(names, TOPICS[t]) for t in topics},
                          "bootstrap": bootstrap, "read_at_ms": int(time.time() * 1000)},
                    source=f"kafka://{bootstrap}")
     for logical in topics:
         name = getattr(names, TOPICS[logical])
+        out = log.records.setdefault(logical, [])
         n = 0
         try:
-            for msg in read_to_end(bootstrap, name):
-                rec = LogRecord(logical, msg.partition, msg.offset, msg.timestamp or 0,
-                                msg.key.decode("utf-8", "replace") if msg.key is not None else None, msg.value)
-                if until is None or until.keeps(rec):
-                    log.add(rec)
-                n += 1
-                if progress is not None and n % 5000 == 0:
+            for batch in read_batches_to_end(bootstrap, name):
+                for m in batch:
+                    key = m.key()
+                    ts_type, ts = m.timestamp()
+                    rec = LogRecord(logical, m.partition(), m.offset(), ts if ts_type and ts >= 0 else 0,
+                                    key.decode("utf-8", "replace") if key is not None else None, m.value())
+                    if until is None or until.keeps(rec):
+                        out.append(rec)
+                n += len(batch)
+                if progress is not None:
                     progress(logical, n)
         except TopicNotFound:
+            del log.records[logical]
             continue
-        if progress is not None:
-            progress(logical, n)
     log.sort()
     return log
 
