@@ -47,7 +47,7 @@ from streams.core.errors import InvalidEvent
 from streams.core.events import CheckpointWritten, Event, JobStarted, parse_event
 from streams.core.state import Config
 from streams.service import records as R
-from streams.service.auditlog import AuditLog
+from streams.service.auditlog import AuditLog, no_gc
 
 CHECKS = ("chains", "input", "commands", "manifests", "commitments")
 TITLES = {
@@ -718,6 +718,11 @@ def audit(log: AuditLog, config: Config | None = None, trusted_keys: Any = None,
     by forked processes, and their reports merged; a log that cannot be split cleanly (a job
     routed to cohorts of two shards) is audited in one process. Either way the verdicts, the
     findings and the recomputed records are the same."""
+    with no_gc():
+        return _audit(log, config, trusted_keys, cut, progress, workers)
+
+
+def _audit(log: AuditLog, config, trusted_keys, cut, progress, workers) -> AuditReport:
     n = workers if workers is not None else min(4, os.cpu_count() or 1)
     if n > 1 and len(log.topic("events")) >= PARALLEL_MIN_EVENTS and "fork" in mp.get_all_start_methods():
         t0 = time.perf_counter()
