@@ -156,6 +156,9 @@ def render(console: Console, report, show: int = 10) -> None:
             console.print(f"[yellow]{c.name}: {c.warned} warning(s)[/yellow]")
             for f in c.warnings[:show]:
                 console.print(f"  ! {f.line()}", highlight=False, soft_wrap=True)
+        if c.counts:
+            console.print(f"  [dim]{c.name}: " + ", ".join(f"{k} {v}" for k, v in sorted(c.counts.items())) + "[/dim]",
+                          highlight=False, soft_wrap=True)
         for n in c.notes[:show]:
             console.print(f"  [dim]{c.name}: {n}[/dim]", highlight=False, soft_wrap=True)
     console.print("[bold green]AUDIT PASSED[/]" if report.passed else "[bold red]AUDIT FAILED[/]")

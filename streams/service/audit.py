@@ -103,6 +103,8 @@ class Check:
     failures: list[Finding] = field(default_factory=list)
     warnings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: what was seen besides the checked records (jobs, unhashed events, …): summed over shards
+    counts: dict[str, int] = field(default_factory=dict)
     skipped: bool = False
 
     @property
@@ -127,7 +129,8 @@ class Check:
         return {"name": self.name, "title": TITLES[self.name], "verdict": self.verdict, "passed": self.passed,
                 "checked": self.checked, "failed": self.failed, "warned": self.warned,
                 "failures": [f.as_dict() for f in self.failures],
-                "warnings": [f.as_dict() for f in self.warnings], "notes": self.notes}
+                "warnings": [f.as_dict() for f in self.warnings], "notes": self.notes,
+                "counts": dict(sorted(self.counts.items()))}
 
 
 @dataclass
@@ -261,7 +264,7 @@ class Auditor:
             except (DecodeError, InvalidEvent) as exc:
                 self.by_origin[(rec.partition, rec.offset)] = (rec, None, str(exc))
                 if (rec.partition, rec.offset) in self.dead:
-                    chk.notes.append(f"{_where(rec)}: undecodable, dead-lettered ({exc})")
+                    chk.counts["undecodable, dead-lettered"] = chk.counts.get("undecodable, dead-lettered", 0) + 1
                 elif self.log.topic("dlq") or self.log.has_input:
                     chk.fail(Finding(f"undecodable record that is not in the dead-letter topic: {exc}",
                                      job_id=rec.key, where=_where(rec)))
@@ -296,8 +299,8 @@ class Auditor:
             heads[job] = (max(nxt, seq + 1), ev.hash)
         self._tick("chains", total, total)
         if unhashed:
-            chk.notes.append(f"{unhashed} event(s) carry no hash: their chain links were not checked")
-        chk.notes.append(f"{len(heads)} job(s), {chk.checked} event(s)")
+            chk.counts["unhashed events"] = unhashed
+        chk.counts["jobs"] = len(heads)
 
     # ------------------------------------------------------------------ input
 
@@ -549,7 +552,8 @@ class Auditor:
         chk = self.checks["commands"]
         if not self._present("control"):
             chk.skipped = True
-            chk.notes.append(f"the log has no control topic: {len(expected)} command(s) recomputed, none to compare")
+            chk.notes.append("the log has no control topic: commands recomputed, none to compare")
+            chk.counts["recomputed"] = len(expected)
             return
         want: dict[str, tuple[R.Emission, _Item | None]] = {}
         order_of_job: dict[str, list[str]] = {}
@@ -595,7 +599,7 @@ class Auditor:
                                     if cause else ""),
                                  job_id=value.get("job_id"), where=where, field=f, expected=e, found=g))
         if operator:
-            chk.notes.append(f"{operator} operator release(s) (HaltCommand RELEASE) not audited: they are not decisions")
+            chk.counts["operator releases (not decisions: not audited)"] = operator
         for cid, (em, cause) in want.items():
             if cid in got:
                 continue
@@ -627,7 +631,8 @@ class Auditor:
         chk = self.checks["manifests"]
         if not self._present("manifests"):
             chk.skipped = True
-            chk.notes.append(f"the log has no manifests topic: {len(expected)} version(s) recomputed, none to compare")
+            chk.notes.append("the log has no manifests topic: versions recomputed, none to compare")
+            chk.counts["recomputed"] = len(expected)
             return
         want: dict[tuple[str, int], tuple[R.Emission, _Item | None]] = {}
         latest: dict[str, int] = {}
@@ -819,6 +824,8 @@ def _audit_shards(log: AuditLog, shards: list[AuditLog], config, trusted, cut, p
             c.failures.extend(m.failures)
             c.warnings.extend(m.warnings)
             c.notes.extend(x for x in m.notes if x not in c.notes)
+            for k, v in m.counts.items():
+                c.counts[k] = c.counts.get(k, 0) + v
         c.failures, c.warnings = c.failures[:MAX_LISTED], c.warnings[:MAX_LISTED]
         checks.append(c)
     from streams.core.cohorts import merge_final_states

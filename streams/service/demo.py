@@ -667,7 +667,8 @@ def audit_run(bootstrap: str, topics: Any, work: Path, key_id: str | None,
             "checks": [{"name": c["name"], "title": c["title"], "verdict": c["verdict"],
                         "checked": c["checked"], "failed": c["failed"], "warned": c["warned"],
                         "failures": [_finding_line(f) for f in c["failures"][:5]],
-                        "notes": list(c["notes"][:5])} for c in d["checks"]],
+                        "notes": list(c["notes"][:5]) + [f"{k}: {v}" for k, v in c.get("counts", {}).items()]}
+                       for c in d["checks"]],
         })
         out["timing"]["audit_s"] = round(time.monotonic() - t, 3)
 
