@@ -114,11 +114,11 @@ class Referee:
     # ------------------------------------------------------------------ events
 
     def handle(self, cohort: str, event: Event, now_ms: int, partition: int | None = None,
-               publish: bool = True) -> Handled:
+               publish: bool = True, canonical: Any = None) -> Handled:
         """Fold one routed event; return the records to publish (none when ``publish`` is
         False: a replay only rebuilds state, what it decides was published already)."""
         lin = self.engine(cohort, partition)
-        result = lin.fold(event, now_ms)
+        result = lin.fold(event, now_ms, canonical)
         self.stats.events += result.accepted
         self.stats.duplicates += result.duplicate
         self.stats.rejected += (not result.accepted and not result.duplicate)

@@ -118,10 +118,10 @@ class Lineage:
 
     # -------------------------------------------------------------- folding
 
-    def fold(self, event: Event, now_ms: int | None = None) -> FoldResult:
+    def fold(self, event: Event, now_ms: int | None = None, canonical: Any = None) -> FoldResult:
         """Fold without deciding (call :meth:`decide` later). An accepted event is appended
-        to the fold log."""
-        result = self.state.fold(event, now_ms)
+        to the fold log. ``canonical``: see :meth:`LineageState.fold`."""
+        result = self.state.fold(event, now_ms, canonical)
         if result.accepted:
             self.log.append(event_leaf(event))
         return result

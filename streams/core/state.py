@@ -278,8 +278,12 @@ class LineageState:
 
     # ------------------------------------------------------------------ fold
 
-    def fold(self, event: Event, now_ms: int | None = None) -> FoldResult:
-        """Apply one validated event. Identical redeliveries are dropped silently."""
+    def fold(self, event: Event, now_ms: int | None = None,
+             canonical: tuple[bytes, tuple[int, ...]] | None = None) -> FoldResult:
+        """Apply one validated event. Identical redeliveries are dropped silently.
+
+        ``canonical`` is ``chain.canonical_with_nulls(event)`` when the caller has it already
+        (an audit computes it to check the chain)."""
         result = FoldResult()
         job = self.jobs.get(event.job_id)
         if job is None:
@@ -290,7 +294,8 @@ class LineageState:
                            f"first event of {event.job_id!r} is {type(event).__name__} seq {event.seq}, "
                            "no JobStarted", result)
         seq = event.seq
-        canonical = canonical_with_nulls(event)
+        if canonical is None:
+            canonical = canonical_with_nulls(event)
         digest = event_digest(event, canonical)
         if seq < job.next_seq:
             known = job.digests[seq] if seq < len(job.digests) else 0

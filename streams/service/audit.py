@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterable
 from streams.adapters.archive import LogRecord
 from streams.app.referee import Referee
 from streams.codec import Codec, DecodeError
-from streams.core.chain import GENESIS, canonical_bytes, verify_link
+from streams.core.chain import GENESIS, canonical_bytes, canonical_with_nulls, verify_link
 from streams.core.cohorts import CohortRouter
 from streams.core.commitment import build_commitment
 from streams.core.decide import HaltIssued
@@ -207,6 +207,9 @@ class Auditor:
         self.items: list[_Item] = []
         self.dead: set[tuple[int, int]] = set()
         self.clock_halts: dict[str, list[tuple[int, str, int | None]]] = {}
+        #: id(event) -> its canonical bytes (computed once for the chain check, reused by the fold;
+        #: the events are kept alive by by_origin, so their ids are stable)
+        self.canonical: dict[int, Any] = {}
 
     # ------------------------------------------------------------------ run
 
@@ -271,6 +274,8 @@ class Auditor:
                 else:
                     chk.warn(Finding(f"undecodable record: {exc}", job_id=rec.key, where=_where(rec)))
                 continue
+            canonical = canonical_with_nulls(ev)
+            self.canonical[id(ev)] = canonical
             self.by_origin[(rec.partition, rec.offset)] = (rec, ev, None)
             chk.checked += 1
             job, seq = ev.job_id, ev.seq
@@ -293,7 +298,7 @@ class Auditor:
                 head = None  # the link to a missing predecessor cannot be checked
             if seq == 0 and not isinstance(ev, JobStarted):
                 chk.fail(Finding("seq 0 is not a JobStarted", job_id=job, seq=seq, where=_where(rec)))
-            problem = verify_link(ev, head if head is not None else None)
+            problem = verify_link(ev, head if head is not None else None, canonical[0])
             if problem is not None:
                 chk.fail(Finding(f"hash chain broken: {problem}", job_id=job, seq=seq, where=_where(rec)))
             heads[job] = (max(nxt, seq + 1), ev.hash)
@@ -393,7 +398,8 @@ class Auditor:
                 self._apply_clock_halts(referee, item.cohort, item.ts - 1, expected)
                 if isinstance(item.event, CheckpointWritten):
                     self._halts_before_resolution(referee, item, expected)
-            handled = referee.handle(item.cohort, item.event, item.ts, partition=item.partition, publish=True)
+            handled = referee.handle(item.cohort, item.event, item.ts, partition=item.partition, publish=True,
+                                     canonical=self.canonical.get(id(item.event)))
             for em in handled.emissions:
                 if em.topic in expected:
                     expected[em.topic].append((em, item))
