@@ -760,24 +760,41 @@ def split_by_cohort(log: AuditLog, n: int, codec: Codec | None = None) -> list[A
     if not log.has_input:
         return None
     events_at = {(r.partition, r.offset): r for r in log.topic("events")}
-    job_shard: dict[str, int] = {}
-    shards = [AuditLog(meta=log.meta, source=log.source) for _ in range(n)]
+    size: dict[str, int] = {}
+    job_cohorts: dict[str, set[str]] = {}
     for rec in log.topic("input"):
         if rec.key is None:
             return None
-        k = _shard_of(rec.key, n)
-        shards[k].add(rec)
         try:
             _name, batch = codec.decode_record(rec.value or b"")
         except DecodeError:
             continue  # the shard's audit reports it
+        size[rec.key] = size.get(rec.key, 0) + len(batch["events"])
         for r in batch["events"]:
             ev = events_at.get((r["partition"], r["offset"]))
-            job = ev.key if ev is not None else None
-            if job is None:
-                continue
-            if job_shard.setdefault(job, k) != k:
-                return None
+            if ev is not None and ev.key is not None:
+                job_cohorts.setdefault(ev.key, set()).add(rec.key)
+    # whole cohorts, largest first, each to the least loaded shard (ties: the lower index)
+    cohort_shard: dict[str, int] = {}
+    load = [0] * n
+    for cohort in sorted(size, key=lambda c: (-size[c], c)):
+        k = min(range(n), key=lambda i: (load[i], i))
+        cohort_shard[cohort] = k
+        load[k] += size[cohort]
+
+    def shard_of_cohort(cohort: str) -> int:
+        k = cohort_shard.get(cohort)
+        return k if k is not None else _shard_of(cohort, n)
+
+    job_shard: dict[str, int] = {}
+    for job, cohorts in job_cohorts.items():
+        ks = {shard_of_cohort(c) for c in cohorts}
+        if len(ks) > 1:
+            return None
+        job_shard[job] = ks.pop()
+    shards = [AuditLog(meta=log.meta, source=log.source) for _ in range(n)]
+    for rec in log.topic("input"):
+        shards[shard_of_cohort(rec.key or "")].add(rec)
     for rec in log.topic("events"):
         shards[job_shard.get(rec.key) if rec.key in job_shard else _shard_of(rec.key or "", n)].add(rec)
     for rec in log.topic("control"):
@@ -788,9 +805,9 @@ def split_by_cohort(log: AuditLog, n: int, codec: Codec | None = None) -> list[A
             cohort = v.get("cohort_id") or ""
         except DecodeError:
             cohort = ""
-        shards[_shard_of(cohort, n)].add(rec)
+        shards[shard_of_cohort(cohort)].add(rec)
     for rec in log.topic("commitments"):
-        shards[_shard_of(rec.key or "", n)].add(rec)
+        shards[shard_of_cohort(rec.key or "")].add(rec)
     for shard in shards:
         for t in ("events", "input", "control", "manifests", "commitments", "dlq"):
             if t in log.records or t in (log.meta.get("topics") or {}):
@@ -811,12 +828,15 @@ def _audit_shards(log: AuditLog, shards: list[AuditLog], config, trusted, cut, p
     if progress is not None:
         progress(f"audit ({len(shards)} processes)", 0, len(shards))
     try:
-        with mp.get_context("fork").Pool(len(shards)) as pool:
-            parts = []
-            for done, part in enumerate(pool.imap(_run_shard, range(len(shards))), 1):
-                parts.append(part)
-                if progress is not None:
-                    progress(f"audit ({len(shards)} processes)", done, len(shards))
+        # shards 1..n-1 in forked workers, shard 0 here meanwhile
+        with mp.get_context("fork").Pool(len(shards) - 1) as pool:
+            pending = pool.map_async(_run_shard, range(1, len(shards)))
+            parts = [_run_shard(0)]
+            if progress is not None:
+                progress(f"audit ({len(shards)} processes)", 1, len(shards))
+            parts.extend(pending.get())
+            if progress is not None:
+                progress(f"audit ({len(shards)} processes)", len(shards), len(shards))
     finally:
         _SHARDS, _SHARD_ARGS = [], ()
     checks = []
