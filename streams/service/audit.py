@@ -230,6 +230,20 @@ class Auditor:
                        "records": {t: len(v) for t, v in self.log.records.items()}}
         return report
 
+    def _decoded(self, topic: str, chk: Check, what: str):
+        """The records of ``topic`` decoded: (record, name, value); an undecodable one fails
+        ``chk``; tombstones are skipped."""
+        for rec in self.log.topic(topic):
+            if rec.value is None:
+                continue
+            try:
+                name, value = self.codec.decode_record(rec.value)
+            except DecodeError as exc:
+                chk.fail(Finding(f"undecodable {what}: {exc}", job_id=rec.key if topic == "control" else None,
+                                 where=_where(rec)))
+                continue
+            yield rec, name, value
+
     def _tick(self, stage: str, done: int, total: int) -> None:
         if self.progress is not None:
             self.progress(stage, done, total)
@@ -480,14 +494,7 @@ class Auditor:
             return out
         need_heads = False
         decoded = []
-        for rec in recs:
-            if rec.value is None:
-                continue
-            try:
-                _name, value = self.codec.decode_record(rec.value)
-            except DecodeError as exc:
-                chk.fail(Finding(f"undecodable commitment: {exc}", where=_where(rec)))
-                continue
+        for rec, _name, value in self._decoded("commitments", chk, "commitment"):
             decoded.append((rec, value))
             if value.get("log_size") is None:
                 need_heads = True
@@ -569,14 +576,7 @@ class Auditor:
         end_halts = {em.value["command_id"]: em for em in at_end}
         got: dict[str, dict[str, Any]] = {}
         operator = 0
-        for rec in self.log.topic("control"):
-            if rec.value is None:
-                continue
-            try:
-                name, value = self.codec.decode_record(rec.value)
-            except DecodeError as exc:
-                chk.fail(Finding(f"undecodable control record: {exc}", job_id=rec.key, where=_where(rec)))
-                continue
+        for rec, name, value in self._decoded("control", chk, "control record"):
             if name == "HaltCommand" and value.get("reason") == "RELEASE":
                 operator += 1
                 continue
@@ -648,14 +648,7 @@ class Auditor:
             latest[k[0]] = max(latest.get(k[0], 0), k[1])
         got: dict[tuple[str, int], dict[str, Any]] = {}
         got_latest: dict[str, int] = {}
-        for rec in self.log.topic("manifests"):
-            if rec.value is None:
-                continue
-            try:
-                _name, value = self.codec.decode_record(rec.value)
-            except DecodeError as exc:
-                chk.fail(Finding(f"undecodable manifest: {exc}", where=_where(rec)))
-                continue
+        for rec, _name, value in self._decoded("manifests", chk, "manifest"):
             chk.checked += 1
             k = (value["incident_id"], value["version"])
             where = _where(rec)
@@ -814,7 +807,8 @@ def split_by_cohort(log: AuditLog, n: int, codec: Codec | None = None) -> list[A
                 shard.records.setdefault(t, [])
         shard.records["dlq"] = list(log.topic("dlq"))
     shards[0].disorder = list(log.disorder)
-    return shards
+    shards = [sh for sh in shards if sh.has_input]  # fewer cohorts than processes
+    return shards if len(shards) > 1 else None
 
 
 def _run_shard(i: int) -> AuditReport:

@@ -12,13 +12,12 @@ import pytest
 from click.testing import CliRunner
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from streams.adapters.archive import LogRecord, write_archive
-from streams.app.referee import Referee
+from streams.adapters.archive import write_archive
 from streams.cli.main import cli
 from streams.codec import Codec
 from streams.core import merkle
 from streams.core.commitment import head_leaf
-from streams.service.auditlog import AuditLog, fold_order, load
+from streams.service.auditlog import AuditLog, load
 from streams.service.proofs import (
     CONSISTENCY,
     EVENT,
@@ -33,6 +32,7 @@ from streams.service.proofs import (
     verify_proof,
 )
 from streams.service.signing import CommitmentSigner, key_id, load_private_key, save_public_key, verify_commitment
+from streams.testing.simulate import simulate_pipeline
 
 from .vectors import scenarios_dir
 
@@ -51,34 +51,10 @@ def trusted(key):
 
 
 def pipeline_log(path: str, signer=None, batch: int = 7, commit_every: int = 3) -> AuditLog:
-    """What the live pipeline leaves on its topics for the events of ``path``, without Kafka:
-    the router's EventBatch records on ``input`` (consecutive events of one cohort, at most
-    ``batch`` per record), the referee folding each record at its timestamp, and a
-    LineageCommitment of every changed cohort after every ``commit_every`` records."""
-    log = load(path)
-    events = list(fold_order(log))
-    referee = Referee(signer=signer)
-    batches: list[tuple[str, list]] = []
-    for f in events:
-        if batches and batches[-1][0] == f.cohort and len(batches[-1][1]) < batch:
-            batches[-1][1].append(f)
-        else:
-            batches.append((f.cohort, [f]))
-    n_commit = 0
-    for i, (cohort, fs) in enumerate(batches):
-        ts = 1_760_000_000_000 + 1000 * i
-        value = CODEC.encode_record("EventBatch", {"cohort_id": cohort, "events": [
-            {"partition": f.origin[0], "offset": f.origin[1], "value": f.value} for f in fs]})
-        log.add(LogRecord("input", 0, i, ts, cohort, value))
-        for f in fs:
-            referee.handle(cohort, f.event, ts)
-        if i % commit_every == commit_every - 1 or i == len(batches) - 1:
-            for em in referee.commitments(ts + 500):
-                log.add(LogRecord("commitments", 0, n_commit, ts + 500, em.key,
-                                  CODEC.encode_record(em.record, em.value)))
-                n_commit += 1
-    log.sort()
-    return log
+    """What the live pipeline leaves on its topics for the events of ``path``, without Kafka
+    (streams.testing.simulate): EventBatch records of at most ``batch`` events on ``input``, the
+    referee folding each at its timestamp, commitments after every ``commit_every`` records."""
+    return simulate_pipeline(path, signer, batch=batch, commit_every=commit_every)
 
 
 @pytest.fixture(scope="module")

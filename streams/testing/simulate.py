@@ -1,0 +1,80 @@
+"""The topics the live pipeline would leave for a log, built in-process (no Kafka, no Faust).
+
+For unit tests of whatever reads a whole log (the audit, proofs, the report): the events of a
+log go through the same :class:`~streams.app.router.Router` and
+:class:`~streams.app.referee.Referee` the worker runs, batched as the router batches them, and
+every record the referee emits lands on its logical topic with a position and a timestamp —
+``input`` (EventBatch), ``control``, ``manifests``, ``commitments`` (every ``commit_every``
+batches, signed when a signer is given), ``dlq``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from streams.adapters.archive import LogRecord
+from streams.app.referee import Referee
+from streams.app.router import RawRecord, Router
+from streams.codec import Codec
+from streams.core.events import parse_event
+from streams.service.auditlog import AuditLog, load
+
+T0 = 1_760_000_000_000
+
+
+def simulate_pipeline(source: str | AuditLog, signer: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+                      batch: int = 7, commit_every: int = 3, grace_ms: int | None = None,
+                      codec: Codec | None = None) -> AuditLog:
+    """``source`` (a path :func:`~streams.service.auditlog.load` reads, or an events-only log)
+    with the processor's topics added. Batch ``i`` is stamped ``T0 + 1000 * i``; with
+    ``grace_ms``, the referee's clock-driven tick runs after every batch, as the worker's
+    housekeeping timer does."""
+    codec = codec or Codec()
+    log = load(source) if isinstance(source, str) else source
+    router = Router(codec, {})
+    referee = Referee(signer=signer)
+    counters: dict[str, int] = {}
+
+    def put(topic: str, key: str | None, ts: int, value: bytes) -> None:
+        n = counters.get(topic, 0)
+        counters[topic] = n + 1
+        log.add(LogRecord(topic, 0, n, ts, key, value))
+
+    def publish(emissions, ts: int) -> None:
+        for em in emissions:
+            if em.topic in ("control", "manifests", "commitments"):
+                put(em.topic, em.key, ts, codec.encode_record(em.record, em.value))
+
+    # route in the events' order, cutting a batch when the cohort changes or it is full
+    batches: list[tuple[str, list[dict[str, Any]]]] = []
+    for rec in list(log.topic("events")):
+        routed = router.route([RawRecord("lineage.events", rec.partition, rec.offset,
+                                         rec.key.encode() if rec.key is not None else None, rec.value)], 0)
+        for dead in routed.dead:
+            put("dlq", rec.key, T0, codec.encode_record("DeadLetter", dead))
+        for cohort, events in routed.batches.items():
+            if batches and batches[-1][0] == cohort and len(batches[-1][1]) < batch:
+                batches[-1][1].extend(events)
+            else:
+                batches.append((cohort, list(events)))
+    for i, (cohort, events) in enumerate(batches):
+        ts = T0 + 1000 * i
+        put("input", cohort, ts, codec.encode_record("EventBatch", {"cohort_id": cohort, "events": events}))
+        for r in events:
+            handled = referee.handle(cohort, parse_event(codec.decode_event(r["value"])), ts)
+            publish(handled.emissions, ts)
+            if not handled.result.accepted and not handled.result.duplicate:  # as the worker does
+                reason = "; ".join(f"{k}: {d}" for k, d in handled.result.guard) or "rejected by the fold"
+                put("dlq", None, ts, codec.encode_record("DeadLetter", {
+                    "original_topic": "lineage.events", "original_partition": r["partition"],
+                    "original_offset": r["offset"], "original_key": None, "original_value": r["value"],
+                    "reason": reason, "error_kind": handled.result.guard[0][0] if handled.result.guard else "REJECTED",
+                    "ts": ts}))
+        if grace_ms is not None:
+            publish(referee.tick(ts + 400, grace_ms), ts + 400)
+        if i % commit_every == commit_every - 1 or i == len(batches) - 1:
+            publish(referee.commitments(ts + 500), ts + 500)
+    for topic in ("control", "manifests", "commitments", "dlq", "input"):
+        log.records.setdefault(topic, [])
+    log.sort()
+    return log

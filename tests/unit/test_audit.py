@@ -1,0 +1,194 @@
+"""The audit without Kafka: logs built by the same router and referee the worker runs
+(streams.testing.simulate), then checked, then tampered with.
+
+The same checks run against a real pipeline in tests/integration/test_audit.py.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import streams.service.audit as A
+from streams.adapters.archive import LogRecord, write_archive
+from streams.codec import Codec
+from streams.service.audit import audit, recomputed_digest
+from streams.service.auditlog import load, load_archive
+from streams.testing.cohort import chain_events
+from streams.testing.simulate import simulate_pipeline
+
+from .vectors import scenarios_dir, vector_names
+
+CODEC = Codec()
+SCENARIOS = scenarios_dir()
+VECTORS = vector_names()
+
+
+def chained_log(tmp_path: Path, name: str = "14_pbt_cohort", **kw):
+    """A vector with hash chains, through the simulated pipeline."""
+    src = tmp_path / f"{name}.jsonl"
+    lines = [json.loads(x) for x in (Path(SCENARIOS) / f"{name}.jsonl").read_text().splitlines() if x.strip()]
+    src.write_text("".join(json.dumps(d) + "\n" for d in chain_events(lines)))
+    return simulate_pipeline(str(src), **kw)
+
+
+def failures(log, **kw) -> dict[str, list]:
+    report = audit(log, **kw)
+    return {c.name: c.failures for c in report.checks if c.failures}
+
+
+@pytest.mark.parametrize("name", VECTORS)
+def test_every_vector_through_the_simulated_pipeline_audits(name):
+    report = audit(simulate_pipeline(str(Path(SCENARIOS) / f"{name}.jsonl")))
+    by = {c.name: c for c in report.checks}
+    for check in ("input", "commands", "manifests", "commitments"):
+        assert by[check].passed, [f.line() for f in by[check].failures]
+    if name in ("07_ledger_gap_unregistered", "13_duplicates"):
+        # the log itself has a gap / a conflicting duplicate: the record is not intact
+        assert not by["chains"].passed
+    else:
+        assert report.passed
+    expected = json.loads((Path(SCENARIOS) / f"{name}.expected.json").read_text())
+    key = lambda p: (p["job_id"], p["action"], p["target_checkpoint_id"])  # noqa: E731
+    assert [key(p) for p in report.final_state["plans"]] == [key(p) for p in expected["plans"]]
+
+
+def test_the_log_gaps_are_named():
+    f = failures(simulate_pipeline(str(Path(SCENARIOS) / "07_ledger_gap_unregistered.jsonl")))
+    assert [(x.job_id, x.seq, x.where, x.expected, x.found) for x in f["chains"]] == [
+        ("A", 13, "events[0]@13", 12, 13), ("X", 3, "events[0]@30", 0, 3)]
+    f = failures(simulate_pipeline(str(Path(SCENARIOS) / "13_duplicates.jsonl")))
+    assert [(x.job_id, x.seq, x.field, x.found) for x in f["chains"]] == [("B", 3, "loss", 99.0)]
+
+
+def test_chained_log_passes_and_replays_identically(tmp_path):
+    log = chained_log(tmp_path)
+    a, b = audit(log), audit(log)
+    assert a.passed and a.check("chains").counts.get("unhashed events") is None
+    assert recomputed_digest(a) == recomputed_digest(b)
+    published = {r.value for r in log.topic("manifests")}
+    assert {v for _k, _n, v in a.recomputed["manifests"]} == published
+
+
+def test_edited_event_fails_chain_and_input_there(tmp_path):
+    log = chained_log(tmp_path)
+    i, rec = next((i, r) for i, r in enumerate(log.topic("events"))
+                  if CODEC.decode_event(r.value)["type"] == "CheckpointWritten")
+    d = CODEC.decode_event(rec.value)
+    d["content_hash"] = "0" * 64
+    log.records["events"][i] = replace(rec, value=CODEC.encode_event(d))
+    f = failures(log)
+    assert set(f) == {"chains", "input"}
+    assert [(x.job_id, x.seq, x.where) for x in f["chains"]] == [(d["job_id"], d["seq"], f"events[0]@{rec.offset}")]
+    assert [(x.field, x.found) for x in f["input"]] == [("content_hash", "0" * 64)]
+
+
+def test_dropped_control_record_is_missing_and_named(tmp_path):
+    log = chained_log(tmp_path)
+    final = {p["command_id"] for p in audit(log).final_state["plans"]}
+    k = next(i for i, r in enumerate(log.topic("control")) if CODEC.decode_record(r.value)[1]["command_id"] in final)
+    gone = log.records["control"].pop(k)
+    _n, v = CODEC.decode_record(gone.value)
+    f = failures(log)
+    assert list(f) == ["commands"]
+    (miss,) = f["commands"]
+    assert miss.job_id == v["job_id"] and v["command_id"][:12] in miss.what and "missing" in miss.what
+    assert miss.where.startswith("input[")  # the input record after which the log implies it
+
+
+def test_extra_control_record_is_named(tmp_path):
+    log = chained_log(tmp_path)
+    rec = log.topic("control")[0]
+    name, v = CODEC.decode_record(rec.value)
+    v = dict(v, command_id="f" * 64, job_id="j31-009")
+    log.add(LogRecord("control", 0, 10_000, rec.timestamp, "j31-009", CODEC.encode_record(name, v)))
+    f = failures(log)
+    assert [(x.job_id, x.where) for x in f["commands"]] == [("j31-009", "control[0]@10000")]
+    assert "extra" in f["commands"][0].what
+
+
+def test_altered_manifest_and_commitment(tmp_path):
+    log = chained_log(tmp_path)
+    i = 5
+    name, v = CODEC.decode_record(log.topic("manifests")[i].value)
+    v["verdict"] = "EXTERNAL" if v["verdict"] != "EXTERNAL" else "INTERNAL"
+    log.records["manifests"][i] = replace(log.topic("manifests")[i], value=CODEC.encode_record(name, v))
+    j = 4
+    name, c = CODEC.decode_record(log.topic("commitments")[j].value)
+    c["snapshot"][0]["last_step"] = (c["snapshot"][0]["last_step"] or 0) + 1
+    log.records["commitments"][j] = replace(log.topic("commitments")[j], value=CODEC.encode_record(name, c))
+    f = failures(log)
+    assert [(x.where, x.field) for x in f["manifests"]] == [(f"manifests[0]@{i}", "verdict")]
+    assert [(x.where, x.field) for x in f["commitments"]] == [(f"commitments[0]@{j}", "snapshot.0.last_step")]
+
+
+def test_reordered_input_fails_the_input_check(tmp_path):
+    log = chained_log(tmp_path, batch=1)
+    inp = log.records["input"]
+    cohort_of = [CODEC.decode_record(r.value)[1] for r in inp]
+    job = lambda b: CODEC.decode_event(b["events"][0]["value"])["job_id"]  # noqa: E731
+    i = next(k for k in range(len(inp) - 1) if job(cohort_of[k]) == job(cohort_of[k + 1]))
+    inp[i], inp[i + 1] = replace(inp[i], value=inp[i + 1].value), replace(inp[i + 1], value=inp[i].value)
+    f = failures(log)
+    assert f["input"] and {x.job_id for x in f["input"]} == {job(cohort_of[i])}
+    assert "out of order" in f["input"][0].what
+
+
+def test_archive_records_moved_in_the_file(tmp_path):
+    log = chained_log(tmp_path)
+    records = [r for t in ("events", "input", "control", "manifests", "commitments") for r in log.topic(t)]
+    k = 10
+    records[k], records[k + 1] = records[k + 1], records[k]
+    path = tmp_path / "moved.avro"
+    write_archive(str(path), records, {"topics": {t: t for t in ("events", "input", "control", "manifests",
+                                                                  "commitments")}})
+    f = failures(load_archive(str(path)))
+    assert [x.where for x in f["chains"]] == [records[k + 1].where]
+
+
+def test_clock_driven_halts_are_replayed_where_they_were_issued():
+    log = simulate_pipeline(str(Path(SCENARIOS) / "06_guard_untraceable.jsonl"), grace_ms=2000, batch=2)
+    halts = [CODEC.decode_record(r.value)[1] for r in log.topic("control")]
+    assert any(h.get("reason") == "UNTRACEABLE_SOURCE" for h in halts)
+    report = audit(log)
+    assert report.passed, [f.line() for c in report.checks for f in c.failures]
+    # a halt the log does not justify is extra
+    rec = next(r for r in log.topic("control") if CODEC.decode_record(r.value)[1].get("reason") == "UNTRACEABLE_SOURCE")
+    name, v = CODEC.decode_record(rec.value)
+    v = dict(v, job_id="A", command_id="e" * 64, detail="seq 3 consumed 'nothing', which no CheckpointWritten recorded")
+    log.add(LogRecord("control", 0, 999, rec.timestamp, "A", CODEC.encode_record(name, v)))
+    f = failures(log)
+    assert [(x.job_id, "extra" in x.what) for x in f["commands"]] == [("A", True)]
+
+
+def test_split_by_cohort_gives_the_same_report(tmp_path, monkeypatch):
+    # every clean vector in one log, its ids prefixed so each is a cohort of its own
+    lines = []
+    for i, n in enumerate(v for v in VECTORS if not v.startswith(("07", "13"))):
+        for x in (Path(SCENARIOS) / f"{n}.jsonl").read_text().splitlines():
+            if x.strip():
+                d = json.loads(x)
+                for k in ("job_id", "cohort_id", "checkpoint_id", "source_checkpoint_id", "base_checkpoint_id",
+                          "restored_checkpoint_id", "final_checkpoint_id"):
+                    if d.get(k) is not None:
+                        d[k] = f"v{i}-{d[k]}"
+                lines.append(d)
+    src = tmp_path / "all.jsonl"
+    src.write_text("".join(json.dumps(d) + "\n" for d in chain_events(lines)))
+    merged = simulate_pipeline(str(src))
+    assert len(A.split_by_cohort(merged, 3)) == 3
+    one = audit(merged, workers=1)
+    monkeypatch.setattr(A, "PARALLEL_MIN_EVENTS", 0)
+    two = audit(merged, workers=3)
+    assert one.passed and two.meta["processes"] == 3
+    assert [c.as_dict() for c in two.checks] == [c.as_dict() for c in one.checks]
+    assert two.final_state == one.final_state and recomputed_digest(two) == recomputed_digest(one)
+
+
+def test_events_only_log_skips_what_needs_the_processor():
+    report = audit(load(str(Path(SCENARIOS) / "01_seed_example.jsonl")))
+    assert report.passed
+    assert [c.name for c in report.checks if c.skipped] == ["input", "commands", "manifests", "commitments"]
