@@ -29,53 +29,30 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
 from streams.adapters.kafka import (  # noqa: E402
     TopicNames,
     client_logger,
     consumer_config,
     ensure_topics,
-    producer_config,
     standard_topics,
 )
 from streams.codec import Codec  # noqa: E402
-from streams.core.chain import chain_hash  # noqa: E402
-from streams.core.events import parse_event  # noqa: E402
 from streams.service.audit import audit  # noqa: E402
 from streams.service.auditlog import TOPICS, load_archive, load_topics  # noqa: E402
 from streams.service.export import export  # noqa: E402
-from streams.testing.cohort import generate_cohorts  # noqa: E402
-from streams.testing.pipeline import WorkerProcess, wait_quiescent  # noqa: E402
+from streams.testing.cohort import chain_events, generate_cohorts  # noqa: E402
+from streams.testing.pipeline import WorkerProcess, produce_events, wait_quiescent  # noqa: E402
 
 CODEC = Codec()
 AUDITED = ("events", "input", "control", "manifests", "commitments")
 
 
-def chained(events):
-    heads: dict[str, str] = {}
-    for d in events:
-        d["prev_hash"] = heads.get(d["job_id"], "0" * 64)
-        d["hash"] = chain_hash(d["prev_hash"], parse_event(d))
-        heads[d["job_id"]] = d["hash"]
-        yield d
 
 
 def produce(bootstrap: str, topic: str, events) -> int:
-    p = Producer(producer_config(bootstrap, **{"linger.ms": 20, "batch.num.messages": 10000}))
-    n = 0
-    for d in events:
-        while True:
-            try:
-                p.produce(topic, key=d["job_id"].encode(), value=CODEC.encode_event(d))
-                break
-            except BufferError:
-                p.poll(0.05)
-        n += 1
-        if n % 5000 == 0:
-            p.poll(0)
-    p.flush(60)
-    return n
+    return produce_events(bootstrap, topic, events, CODEC)
 
 
 def raw_consume_decode(bootstrap: str, names: TopicNames) -> tuple[float, int]:
@@ -127,7 +104,7 @@ def main() -> None:
     names = TopicNames.from_env(prefix)
     ensure_topics(bootstrap, standard_topics(names, args.partitions))
     jobs = max(10, args.events // 100)
-    n = produce(bootstrap, names.events, chained(generate_cohorts(jobs=jobs, cohort_size=20, steps=800, seed=5)))
+    n = produce(bootstrap, names.events, chain_events(generate_cohorts(jobs=jobs, cohort_size=20, steps=800, seed=5)))
     app_id = f"bench-{prefix.rstrip('.')}"
     w = WorkerProcess(bootstrap, prefix, app_id, tmp / "w0", args.partitions,
                       extra_args=["--commit-interval", "0.5", "--commitment-interval", "2"]).start()

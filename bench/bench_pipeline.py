@@ -40,26 +40,13 @@ from streams.adapters.kafka import (  # noqa: E402
 )
 from streams.codec import Codec  # noqa: E402
 from streams.testing.cohort import generate_cohorts  # noqa: E402
-from streams.testing.pipeline import WorkerProcess, wait_quiescent  # noqa: E402
+from streams.testing.pipeline import WorkerProcess, produce_events, wait_quiescent  # noqa: E402
 
 CODEC = Codec()
 
 
 def produce(bootstrap: str, topic: str, events) -> int:
-    p = Producer(producer_config(bootstrap, **{"linger.ms": 20, "batch.num.messages": 10000}))
-    n = 0
-    for d in events:
-        while True:
-            try:
-                p.produce(topic, key=d["job_id"].encode(), value=CODEC.encode_event(d))
-                break
-            except BufferError:
-                p.poll(0.05)
-        n += 1
-        if n % 5000 == 0:
-            p.poll(0)
-    p.flush(60)
-    return n
+    return produce_events(bootstrap, topic, events, CODEC)
 
 
 def raw_consume_decode(bootstrap: str, topic: str, n: int) -> float:

@@ -167,13 +167,16 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
-def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: a unique temporary file beside it, fsync, rename,
-    fsync the directory. The temporary file is removed if anything fails."""
+def atomic_write(path: str | os.PathLike[str], data: bytes, mode: int | None = None) -> None:
+    """Write ``data`` to ``path`` atomically: a unique temporary file beside it (with ``mode``
+    from the start, when given: a key file is never readable by others), fsync, rename, fsync
+    the directory. The temporary file is removed if anything fails."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        if mode is not None:
+            os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

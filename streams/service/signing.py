@@ -43,7 +43,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -52,6 +51,7 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from streams.client.journal import atomic_write
 from streams.core.commitment import check_heads
 
 __all__ = [
@@ -141,21 +141,7 @@ def _write(path: Path, data: bytes, mode: int, overwrite: bool) -> Path:
     if path.exists() and not overwrite:
         raise SigningError(f"{path} exists; not overwriting a key file")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            os.fchmod(fd, mode)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
+        atomic_write(path, data, mode)
         os.chmod(path, mode)
     except OSError as exc:
         raise SigningError(f"cannot write {path}: {exc.strerror or exc}") from exc

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 MODES = ("PBT_EXPLOIT", "MERGE", "DISTILL", "REFERENCE", "EVAL_ONLY")
 
@@ -145,3 +145,19 @@ def generate_cohorts(
                 final = job.ckpts[-1][0] if job.ckpts else None
                 yield env(job, "JobFinished", status="SUCCEEDED", final_checkpoint_id=final)
                 job.done = True
+
+
+def chain_events(events: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """The event dicts with the SPEC §9 hash chain filled in, per job (``prev_hash``, ``hash``),
+    as a job client would have written them."""
+    from streams.core.chain import GENESIS, chain_hash
+    from streams.core.events import parse_event
+
+    heads: dict[str, str] = {}
+    for d in events:
+        d = dict(d)
+        d.pop("hash", None)
+        d["prev_hash"] = heads.get(d["job_id"], GENESIS)
+        d["hash"] = chain_hash(d["prev_hash"], parse_event(d))
+        heads[d["job_id"]] = d["hash"]
+        yield d

@@ -20,10 +20,10 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from streams.adapters.kafka import TopicNames, client_logger
+from streams.adapters.kafka import TopicNames, client_logger, producer_config
 
 
 def free_port() -> int:
@@ -137,3 +137,25 @@ def wait_quiescent(bootstrap: str, app_id: str, topics: TopicNames, timeout: flo
 
 def new_admin(bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def produce_events(bootstrap: str, topic: str, events, codec=None) -> int:
+    """Produce event dicts to ``topic`` keyed by job_id, as fast as the client allows (waits
+    for room when its buffer is full); returns how many."""
+    from streams.codec import Codec
+
+    codec = codec or Codec()
+    p = Producer(producer_config(bootstrap, **{"linger.ms": 20, "batch.num.messages": 10000}))
+    n = 0
+    for d in events:
+        while True:
+            try:
+                p.produce(topic, key=d["job_id"].encode(), value=codec.encode_event(d))
+                break
+            except BufferError:
+                p.poll(0.05)
+        n += 1
+        if n % 5000 == 0:
+            p.poll(0)
+    p.flush(60)
+    return n

@@ -26,13 +26,11 @@ from streams.adapters.archive import LogRecord, read_archive, write_archive
 from streams.adapters.kafka import TopicNames, ensure_topics, standard_topics
 from streams.cli.main import cli
 from streams.codec import Codec
-from streams.core.chain import chain_hash
-from streams.core.events import event_to_dict, parse_event
 from streams.service.audit import audit, recomputed_digest
 from streams.service.auditlog import Until, load_archive, load_topics
 from streams.service.export import export
 from streams.service.operators import publish_file
-from streams.testing.cohort import generate_cohorts
+from streams.testing.cohort import chain_events, generate_cohorts
 from streams.testing.pipeline import WorkerProcess, wait_quiescent
 
 CODEC = Codec()
@@ -40,19 +38,6 @@ SCENARIOS = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios"
 ID_FIELDS = ("job_id", "checkpoint_id", "source_checkpoint_id", "base_checkpoint_id",
              "restored_checkpoint_id", "final_checkpoint_id", "cohort_id")
 BROKEN_BY_DESIGN = ("07_ledger_gap_unregistered", "13_duplicates")  # gaps, conflicting duplicates
-
-
-def chained(dicts):
-    """The events with the SPEC §9 hash chain filled in, per job."""
-    heads: dict[str, str] = {}
-    for d in dicts:
-        d = dict(d)
-        d["prev_hash"] = heads.get(d["job_id"], "0" * 64)
-        d.pop("hash", None)
-        ev = parse_event(d)
-        d["hash"] = chain_hash(d["prev_hash"], ev)
-        heads[d["job_id"]] = d["hash"]
-        yield d
 
 
 def clean_log(path: Path) -> None:
@@ -70,7 +55,7 @@ def clean_log(path: Path) -> None:
     lines.extend(generate_cohorts(jobs=60, cohort_size=10, steps=300, seed=6, divergence_rate=0.15,
                                   exploit_every=40, exploit_prob=0.6, alias_prob=0.05))
     with path.open("w") as fh:
-        for d in chained(lines):
+        for d in chain_events(lines):
             fh.write(json.dumps(d) + "\n")
 
 
