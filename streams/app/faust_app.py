@@ -182,14 +182,15 @@ def _replay_partition(settings: WorkerSettings, codec: Codec, referee: Referee, 
                     position = end
                     break
                 position = msg.offset() + 1
-                n += _fold_batch_value(codec, referee, msg.value(), partition, msg.timestamp()[1], publish=False,
+                n += _fold_batch_value(codec, referee, msg.value(), partition, msg.offset(), msg.timestamp()[1],
+                                       publish=False,
                                        on_reject=None)[0]
     finally:
         consumer.close()
     return n
 
 
-def _fold_batch_value(codec: Codec, referee: Referee, value: bytes, partition: int, ts: int,
+def _fold_batch_value(codec: Codec, referee: Referee, value: bytes, partition: int, offset: int, ts: int,
                       publish: bool, on_reject) -> tuple[int, list[Emission]]:
     try:
         _name, batch = codec.decode_record(value)
@@ -200,6 +201,11 @@ def _fold_batch_value(codec: Codec, referee: Referee, value: bytes, partition: i
     cohort = batch["cohort_id"]
     out: list[Emission] = []
     n = 0
+    if batch.get("tick_ms") is not None:  # the processor's clock, in the log (Referee.due_ticks)
+        out = referee.clock_tick(cohort, batch["tick_ms"], batch.get("grace_ms") or 0,
+                                 partition=partition, publish=publish)
+        referee.note_input(cohort, partition, offset)
+        return 0, out
     for routed in batch["events"]:
         try:
             event = parse_event(codec.decode_event(routed["value"]))
@@ -213,6 +219,7 @@ def _fold_batch_value(codec: Codec, referee: Referee, value: bytes, partition: i
             reasons = "; ".join(f"{r}: {d}" for r, d in handled.result.guard) or "rejected by the fold"
             on_reject(routed, reasons, handled.result.guard[0][0] if handled.result.guard else "REJECTED")
         out.extend(handled.emissions)
+    referee.note_input(cohort, partition, offset)
     return n, out
 
 
@@ -454,7 +461,7 @@ def create_app(settings: WorkerSettings) -> faust.App:
 
                 # the processor's time of these events is their input record's timestamp (the
                 # router's clock), as in a replay: what it decides is reproducible from the log
-                n, emissions = _fold_batch_value(codec, referee, e.message.value, p, record_ms(e.message),
+                n, emissions = _fold_batch_value(codec, referee, e.message.value, p, o, record_ms(e.message),
                                                  True, reject)
                 out.extend(emissions)
                 position[p] = o + 1
@@ -470,14 +477,24 @@ def create_app(settings: WorkerSettings) -> faust.App:
     async def housekeeping() -> None:
         async with lock:
             now = now_ms()
-            out = referee.tick(now, settings.grace_ms)
+            out = referee.tick(now)
+            # a grace period that ran out goes through the cohort's input, so that every replay
+            # applies it at the same point (at most one tick per cohort in flight a second)
+            ticked = app.traintrace.setdefault("ticked", {})
+            sent_tick = False
+            for cohort in referee.due_ticks(now, settings.grace_ms):
+                if now - ticked.get(cohort, 0) >= 1000:
+                    ticked[cohort] = now
+                    outbox.send(topics.by_cohort, cohort.encode(), codec.encode_record("EventBatch", {
+                        "cohort_id": cohort, "events": [], "tick_ms": now, "grace_ms": settings.grace_ms}))
+                    sent_tick = True
             last = app.traintrace.get("last_commitment", 0)
             if now - last >= settings.commitment_interval_s * 1000:
                 out.extend(referee.commitments(now))
                 app.traintrace["last_commitment"] = now
             for em in out:
                 outbox.emit(em)
-            if out:
+            if out or sent_tick:
                 await outbox.flush()
             metrics.observe_referee(referee)
 

@@ -68,7 +68,9 @@ class Referee:
         self.issued: dict[str, tuple[str, str, int]] = {}  # command_id -> (cohort, job, issued ms)
         self._unacked_alerted: set[str] = set()
         self._dirty_cohorts: set[str] = set()
-        self._last_root: dict[str, str] = {}
+        self._last_root: dict[str, tuple[str, str]] = {}
+        #: cohort -> (partition, offset) of the last input record folded (see note_input)
+        self.position: dict[str, tuple[int, int]] = {}
         # what the fold decided last, byte for byte, so a recovering worker re-publishes exactly
         # that (an audit re-deciding the log gets the same records): job -> plan record,
         # job -> halt record, incident -> manifest record of its current version
@@ -101,6 +103,7 @@ class Referee:
             self.partition_of.pop(c, None)
             self._dirty_cohorts.discard(c)
             self._last_root.pop(c, None)
+            self.position.pop(c, None)
         if gone:
             keep = {j for c, lin in self.engines.items() for j in lin.state.jobs}
             for d in (self.decided_plan, self.decided_halt):
@@ -238,35 +241,53 @@ class Referee:
         elif em.topic == "alerts":
             self.stats.alerts += 1
 
-    def apply_clock_halt(self, cohort: str, job_id: str, now_ms: int, seq: int | None = None) -> list[R.Emission]:
-        """Halt ``job_id`` for its unresolved sources now, as :meth:`tick` does once the grace
-        period has passed (the audit replays the processor's clock-driven halts with this)."""
-        lin = self.engines.get(cohort)
-        if lin is None or job_id not in lin.state.jobs or not lin.state.expire_job(job_id, seq):
-            return []
+    # ------------------------------------------------------------------ timers
+
+    def due_ticks(self, now_ms: int, grace_ms: int) -> list[str]:
+        """The cohorts where a consumption of a checkpoint nobody wrote has waited the grace
+        period and its job is not halted for it yet: each needs a clock tick in its input.
+
+        The grace period runs on the processor's clock, which is not in the log; so instead of
+        halting here, the worker appends a tick record (``EventBatch.tick_ms``) to the cohort's
+        input and the fold applies it there (:meth:`clock_tick`), in order: a replay — a worker
+        taking the partition over, an audit — halts the same jobs at the same point."""
+        due: list[str] = []
+        for cohort in sorted(self.engines):
+            st = self.engines[cohort].state
+            for waiting in st.unresolved.values():
+                if any(seen is not None and now_ms - seen >= grace_ms
+                       and "UNTRACEABLE_SOURCE" not in st.jobs[inc.job_id].halt_reasons
+                       for inc, _c, seen in waiting):
+                    due.append(cohort)
+                    break
+        return due
+
+    def note_input(self, cohort: str, partition: int, offset: int) -> None:
+        """The input record at ``partition``/``offset`` of ``cohort`` is folded: commitments
+        taken from now on say so (``input_partition``/``input_offset``), which is the point of
+        the input an audit recomputes them at."""
+        self.position[cohort] = (partition, offset)
+
+    def clock_tick(self, cohort: str, now_ms: int, grace_ms: int, partition: int | None = None,
+                   publish: bool = True) -> list[R.Emission]:
+        """Fold a clock tick of ``cohort``'s input: unresolved sources older than the grace
+        period halt their jobs (SPEC §8)."""
+        lin = self.engine(cohort, partition)
         out: list[R.Emission] = []
-        for d in lin.decide():
+        for d in lin.tick(now_ms, grace_ms):
+            self._dirty_cohorts.add(cohort)
             if isinstance(d, HaltIssued):
                 em = R.halt_emission(d, now_ms)
                 self.decided_halt.setdefault(d.job_id, em)
                 out.append(em)
-        return self._dedupe(out, True)
+            elif isinstance(d, AlertRaised):
+                out.append(R.alert_emission(d, cohort, now_ms))
+        return self._dedupe(out, publish)
 
-    # ------------------------------------------------------------------ timers
-
-    def tick(self, now_ms: int, grace_ms: int) -> list[R.Emission]:
-        """Unresolved sources past the grace period halt their jobs; unacknowledged commands
-        past the acknowledgement timeout raise an alert (once)."""
+    def tick(self, now_ms: int, grace_ms: int | None = None) -> list[R.Emission]:
+        """Unacknowledged commands past the acknowledgement timeout raise an alert (once).
+        (Grace-period halts go through the cohort's input: :meth:`due_ticks`.)"""
         out: list[R.Emission] = []
-        for cohort in sorted(self.engines):
-            lin = self.engines[cohort]
-            for d in lin.tick(now_ms, grace_ms):
-                if isinstance(d, HaltIssued):
-                    em = R.halt_emission(d, now_ms)
-                    self.decided_halt.setdefault(d.job_id, em)
-                    out.append(em)
-                elif isinstance(d, AlertRaised):
-                    out.append(R.alert_emission(d, cohort, now_ms))
         for cid, (cohort, job_id, issued) in list(self.issued.items()):
             lin = self.engines.get(cohort)
             if lin is None:
@@ -297,9 +318,12 @@ class Referee:
             if lin is None or not cohort:
                 continue
             record = build_commitment(cohort, lin, now_ms)
-            if not force and self._last_root.get(cohort) == record["root"]:
+            pos = self.position.get(cohort)
+            record["input_partition"], record["input_offset"] = pos if pos is not None else (None, None)
+            covered = (record["root"], repr(record["snapshot"]))
+            if not force and self._last_root.get(cohort) == covered:
                 continue
-            self._last_root[cohort] = record["root"]
+            self._last_root[cohort] = covered
             if self.signer is not None:
                 record = self.signer(record)
             out.append(R.Emission("commitments", cohort, "LineageCommitment", record))

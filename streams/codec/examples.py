@@ -97,9 +97,10 @@ def example_records() -> list[dict[str, Any]]:
                    {"job_id": "job-c", "seq": 3, "hash": _h("job-c", 3)}],
          "snapshot": snap, "ts": 1760000100006, "signature": bytes(range(64)), "key_id": "processor-1",
          # log_root / log_size: added in v3
-         "log_root": _h("log", 11), "log_size": 11},
+         "log_root": _h("log", 11), "log_size": 11, "input_partition": 2, "input_offset": 40},
         {"type": "LineageCommitment", "cohort_id": "c2", "root": _h(), "tree_size": 0, "heads": [],
-         "snapshot": [], "ts": 0, "signature": None, "key_id": None, "log_root": None, "log_size": None},
+         "snapshot": [], "ts": 0, "signature": None, "key_id": None, "log_root": None, "log_size": None,
+         "input_partition": None, "input_offset": None},
         {"type": "DeadLetter", "original_topic": "lineage.events", "original_partition": 3,
          "original_offset": 123456789, "original_key": b"job-a", "original_value": b"\xc3\x01garbage",
          "reason": "UNKNOWN_FINGERPRINT: no known schema has fingerprint 67617262616765", "error_kind": "UNKNOWN_FINGERPRINT",
@@ -119,8 +120,9 @@ def example_records() -> list[dict[str, Any]]:
          "incident_ids": [], "ts": 0},
         {"type": "EventBatch", "cohort_id": "c1",
          "events": [{"partition": 3, "offset": 17, "value": b"\xc3\x01" + bytes(8) + b"body"},
-                    {"partition": 3, "offset": 18, "value": b""}]},
-        {"type": "EventBatch", "cohort_id": "", "events": []},
+                    {"partition": 3, "offset": 18, "value": b""}], "tick_ms": None, "grace_ms": None},
+        {"type": "EventBatch", "cohort_id": "", "events": [], "tick_ms": None, "grace_ms": None},
+        {"type": "EventBatch", "cohort_id": "c1", "events": [], "tick_ms": 1760000123456, "grace_ms": 30000},
     ]
 
 

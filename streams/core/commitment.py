@@ -159,6 +159,8 @@ def build_commitment(cohort_id: str, lineage: Any, ts: int) -> dict[str, Any]:
 
     ``log_root``/``log_size`` are those of ``lineage.log`` (a :class:`~streams.core.decide.Lineage`);
     None for a bare :class:`~streams.core.state.LineageState`, which keeps no fold log.
+    ``input_partition``/``input_offset`` are None here: the referee, which knows which input
+    record of ``lineage.by-cohort`` it folded last, fills them in.
     """
     if not isinstance(cohort_id, str):
         raise ValueError(f"cohort_id must be a str, not {type(cohort_id).__name__}")
@@ -178,6 +180,9 @@ def build_commitment(cohort_id: str, lineage: Any, ts: int) -> dict[str, Any]:
         "key_id": None,
         "log_root": log.root().hex() if has_log else None,
         "log_size": log.size if has_log else None,
+        # the point of the processor's input covered: the referee knows it, the core does not
+        "input_partition": None,
+        "input_offset": None,
     }
 
 

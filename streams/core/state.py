@@ -604,19 +604,6 @@ class LineageState:
                     self._halt(job, "UNTRACEABLE_SOURCE",
                                f"seq {c.seq} consumed {ckpt_id!r}, which no CheckpointWritten recorded")
 
-    def expire_job(self, job_id: str, seq: int | None = None) -> bool:
-        """Halt one job for its unresolved consumptions, as :meth:`expire_unresolved` would once
-        its grace period passed (an audit re-applies the processor's clock-driven halts this
-        way); only the consumption at ``seq`` when given. Returns whether there was one."""
-        found = False
-        for ckpt_id, waiting in self.unresolved.items():
-            for inc, c, _seen in waiting:
-                if inc.job_id == job_id and (seq is None or c.seq == seq):
-                    found = True
-                    self._halt(self.jobs[job_id], "UNTRACEABLE_SOURCE",
-                               f"seq {c.seq} consumed {ckpt_id!r}, which no CheckpointWritten recorded")
-        return found
-
     # ------------------------------------------------------------------ dirty marks
 
     def take_dirty(self) -> "Dirty":

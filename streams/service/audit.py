@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import re
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -44,7 +43,7 @@ from streams.core.cohorts import CohortRouter
 from streams.core.commitment import build_commitment
 from streams.core.decide import HaltIssued
 from streams.core.errors import InvalidEvent
-from streams.core.events import CheckpointWritten, Event, JobStarted, parse_event
+from streams.core.events import Event, JobStarted, parse_event
 from streams.core.state import Config
 from streams.service import records as R
 from streams.service.auditlog import AuditLog, no_gc
@@ -164,10 +163,11 @@ class _Item:
     """One event in the processor's fold order."""
 
     cohort: str
-    event: Event
+    event: Event | None
     ts: int
     partition: int
     via: LogRecord
+    tick: tuple[int, int] | None = None  # (now_ms, grace_ms) of a clock tick (event is None)
 
     @property
     def where(self) -> str:
@@ -206,7 +206,6 @@ class Auditor:
         self.by_origin: dict[tuple[int, int], tuple[LogRecord, Event | None, str | None]] = {}
         self.items: list[_Item] = []
         self.dead: set[tuple[int, int]] = set()
-        self.clock_halts: dict[str, list[tuple[int, str, int | None]]] = {}
         #: id(event) -> its canonical bytes (computed once for the chain check, reused by the fold;
         #: the events are kept alive by by_origin, so their ids are stable)
         self.canonical: dict[int, Any] = {}
@@ -347,6 +346,10 @@ class Auditor:
             except (DecodeError, KeyError, TypeError) as exc:
                 chk.fail(Finding(f"undecodable input batch: {exc}", where=_where(rec)))
                 continue
+            if batch.get("tick_ms") is not None:  # the processor's clock, recorded in its input
+                self.items.append(_Item(cohort, None, rec.timestamp, rec.partition, rec,
+                                        (batch["tick_ms"], batch.get("grace_ms") or 0)))
+                continue
             for r in events:
                 chk.checked += 1
                 origin = (r["partition"], r["offset"])
@@ -395,7 +398,6 @@ class Auditor:
 
     def _replay(self) -> tuple[dict[str, list[tuple[R.Emission, _Item | None]]], list[R.Emission], Referee]:
         referee = Referee(self.config)
-        self._clock_halts()
         expected: dict[str, list[tuple[R.Emission, _Item | None]]] = {"control": [], "manifests": [], "commitments": []}
         chk = self.checks["commitments"]
         pending = self._commitment_targets()
@@ -405,28 +407,34 @@ class Auditor:
             self._check_commitments(referee, cohort, pending, ("i", 0), expected)
             self._check_commitments(referee, cohort, pending, ("a", 0), expected)
         total = len(self.items)
-        for n, item in enumerate(self.items):
+        items = self.items
+        for n, item in enumerate(items):
             if n % 5000 == 0:
                 self._tick("replay", n, total)
-            if item.cohort in self.clock_halts:
-                self._apply_clock_halts(referee, item.cohort, item.ts - 1, expected)
-                if isinstance(item.event, CheckpointWritten):
-                    self._halts_before_resolution(referee, item, expected)
-            handled = referee.handle(item.cohort, item.event, item.ts, partition=item.partition, publish=True,
-                                     canonical=self.canonical.get(id(item.event)))
-            for em in handled.emissions:
+            if item.event is None:  # a clock tick of the processor, in its input
+                emissions = referee.clock_tick(item.cohort, item.tick[0], item.tick[1], partition=item.partition)
+                accepted = False
+            else:
+                handled = referee.handle(item.cohort, item.event, item.ts, partition=item.partition, publish=True,
+                                         canonical=self.canonical.get(id(item.event)))
+                emissions, accepted = handled.emissions, handled.result.accepted
+            for em in emissions:
                 if em.topic in expected:
                     expected[em.topic].append((em, item))
             c = counts.setdefault(item.cohort, [0, 0])
-            c[0] += 1
-            c[1] += handled.result.accepted
+            if item.event is not None:
+                c[0] += 1
+                c[1] += accepted
             if item.cohort in pending:
-                self._check_commitments(referee, item.cohort, pending, ("i", c[0]), expected)
-                if handled.result.accepted:
-                    self._check_commitments(referee, item.cohort, pending, ("a", c[1]), expected)
+                if item.event is not None:
+                    self._check_commitments(referee, item.cohort, pending, ("i", c[0]), expected)
+                    if accepted:
+                        self._check_commitments(referee, item.cohort, pending, ("a", c[1]), expected)
+                if n + 1 == total or items[n + 1].via is not item.via:  # the input record is folded
+                    referee.note_input(item.cohort, item.via.partition, item.via.offset)
+                    self._check_commitments(referee, item.cohort, pending,
+                                            ("o", item.via.partition, item.via.offset), expected)
         self._tick("replay", total, total)
-        for cohort in list(self.clock_halts):  # issued after the last input of their cohort
-            self._apply_clock_halts(referee, cohort, 1 << 62, expected)
         for cohort, targets in pending.items():
             for _key, lst in targets.items():
                 for rec, value in lst:
@@ -439,46 +447,6 @@ class Auditor:
                 if isinstance(d, HaltIssued):
                     at_end.append(R.halt_emission(d, 0))
         return expected, at_end, referee
-
-    def _clock_halts(self) -> None:
-        """The halts the processor issued on its own clock (UNTRACEABLE_SOURCE after the grace
-        period), by cohort, in time order: the replay applies each at the same point of the fold
-        (before the first input record after it, and before any commitment taken after it)."""
-        self.clock_halts: dict[str, list[tuple[int, str, int | None]]] = {}
-        for rec in self.log.topic("control"):
-            try:
-                name, v = self.codec.decode_record(rec.value or b"")
-            except DecodeError:
-                continue
-            if name == "HaltCommand" and v.get("reason") == "UNTRACEABLE_SOURCE" and v.get("cohort_id") is not None:
-                m = re.match(r"seq (\d+) consumed", v.get("detail") or "")
-                self.clock_halts.setdefault(v["cohort_id"], []).append(
-                    (v["issued_ts"], v["job_id"], int(m.group(1)) if m else None))
-        for lst in self.clock_halts.values():
-            lst.sort()
-
-    def _halts_before_resolution(self, referee: Referee, item: _Item, expected) -> None:
-        """The processor halted a job whose source this write is about to resolve: so it did so
-        before folding the write (after it, nothing would have been unresolved)."""
-        lin = referee.engines.get(item.cohort)
-        waiting = lin.state.unresolved.get(item.event.checkpoint_id) if lin is not None else None
-        lst = self.clock_halts.get(item.cohort)
-        if not waiting or not lst:
-            return
-        waits = {(inc.job_id, c.seq) for inc, c, _seen in waiting}
-        for entry in [e for e in lst if (e[1], e[2]) in waits or (e[2] is None and any(j == e[1] for j, _ in waits))]:
-            lst.remove(entry)
-            for em in referee.apply_clock_halt(item.cohort, entry[1], entry[0], entry[2]):
-                expected[em.topic].append((em, None))
-
-    def _apply_clock_halts(self, referee: Referee, cohort: str, upto_ts: int, expected) -> None:
-        lst = self.clock_halts.get(cohort)
-        while lst and lst[0][0] <= upto_ts:
-            ts, job, seq = lst.pop(0)
-            for em in referee.apply_clock_halt(cohort, job, ts, seq):
-                expected[em.topic].append((em, None))
-        if lst is not None and not lst:
-            self.clock_halts.pop(cohort, None)
 
     def _commitment_targets(self) -> dict[str, dict[tuple[str, int], list[tuple[LogRecord, dict[str, Any]]]]]:
         """Published commitments, by cohort and by the fold position they cover: ("a", n) after the
@@ -500,13 +468,17 @@ class Auditor:
                 need_heads = True
         if need_heads:
             for item in self.items:
+                if item.event is None:
+                    continue
                 k = per_cohort[item.cohort] = per_cohort.get(item.cohort, 0) + 1
                 first_index.setdefault((item.event.job_id, item.event.seq), k)
         for rec, value in decoded:
             chk.checked += 1
             self._check_signature(rec, value)
             cohort = value["cohort_id"]
-            if value.get("log_size") is not None:
+            if value.get("input_offset") is not None:
+                key = ("o", value.get("input_partition"), int(value["input_offset"]))
+            elif value.get("log_size") is not None:
                 key = ("a", int(value["log_size"]))
             else:
                 pos = 0
@@ -531,8 +503,9 @@ class Auditor:
         chk = self.checks["commitments"]
         lin = referee.engine(cohort)
         for rec, value in targets.pop(key):
-            self._apply_clock_halts(referee, cohort, value["ts"], expected)
             mine = build_commitment(cohort, lin, value["ts"])
+            pos = referee.position.get(cohort) if value.get("input_offset") is not None else None
+            mine["input_partition"], mine["input_offset"] = pos if pos is not None else (None, None)
             for k in ("signature", "key_id"):
                 mine[k] = value.get(k)
             expected["commitments"].append((R.Emission("commitments", cohort, "LineageCommitment", mine), None))
@@ -572,7 +545,8 @@ class Auditor:
         order_of_job: dict[str, list[str]] = {}
         for em, cause in expected:
             want[em.value["command_id"]] = (em, cause)
-            order_of_job.setdefault(em.value["job_id"], []).append(em.value["command_id"])
+            if em.record != "HaltCommand":  # the job's plan records, each superseding the one before
+                order_of_job.setdefault(em.value["job_id"], []).append(em.value["command_id"])
         end_halts = {em.value["command_id"]: em for em in at_end}
         got: dict[str, dict[str, Any]] = {}
         operator = 0
@@ -601,8 +575,7 @@ class Auditor:
                 continue
             for f, e, g in _values_differ(em.value, value)[:8]:
                 chk.fail(Finding(f"{name} {cid[:12]} differs from what the log implies"
-                                 + (f" (decided after {cause.event.job_id} seq {cause.event.seq}, {cause.where})"
-                                    if cause else ""),
+                                 + _after(cause),
                                  job_id=value.get("job_id"), where=where, field=f, expected=e, found=g))
         if operator:
             chk.counts["operator releases (not decisions: not audited)"] = operator
@@ -610,15 +583,22 @@ class Auditor:
             if cid in got:
                 continue
             job = em.value["job_id"]
-            later = order_of_job[job][order_of_job[job].index(cid) + 1:]
+            chain = order_of_job.get(job, [])
+            earlier = chain[:chain.index(cid)] if cid in chain else []
+            later = chain[chain.index(cid) + 1:] if cid in chain else []
             f = Finding(f"missing {em.record} {cid[:12]}"
                         + (f" ({em.value.get('action') or em.value.get('reason')}"
                            f"{' → ' + str(em.value.get('target_checkpoint_id')) if em.value.get('target_checkpoint_id') else ''})")
-                        + (f", implied after {cause.event.job_id} seq {cause.event.seq} ({cause.where})" if cause else ""),
-                        job_id=job, seq=cause.event.seq if cause and cause.event.job_id == job else None,
+                        + _after(cause, "implied"),
+                        job_id=job, seq=cause.event.seq if cause and cause.event is not None and cause.event.job_id == job else None,
                         where=cause.where if cause else None)
-            if em.record != "HaltCommand" and any(c in got for c in later):
+            if em.record != "HaltCommand" and later:
+                # a worker that recovers a partition publishes the plan it ends with, not the
+                # ones its replay went through (the job's last plan record is checked on its own)
                 f.what += ": superseded before it was published (a recovering worker skips it)"
+                chk.warn(f)
+            elif em.record == "PlanCleared" and not any(c in got for c in earlier):
+                f.what += ": it clears a plan that was never published, so there is nothing to clear"
                 chk.warn(f)
             elif self.cut:
                 f.what += ": not yet published when the log was read or cut"
@@ -666,14 +646,13 @@ class Auditor:
             em, cause = hit
             for f, e, g in _values_differ(em.value, value)[:8]:
                 chk.fail(Finding(f"manifest {k[0][:12]} v{k[1]} differs from what the log implies"
-                                 + (f" (decided after {cause.event.job_id} seq {cause.event.seq}, {cause.where})"
-                                    if cause else ""),
+                                 + _after(cause),
                                  job_id=root_job, where=where, field=f, expected=e, found=g))
         for k, (em, cause) in want.items():
             if k in got:
                 continue
             f = Finding(f"missing manifest {k[0][:12]} v{k[1]}"
-                        + (f", implied after {cause.event.job_id} seq {cause.event.seq} ({cause.where})" if cause else ""),
+                        + _after(cause, "implied"),
                         job_id=em.value["root"]["job_id"], where=cause.where if cause else None)
             if got_latest.get(k[0], 0) > k[1]:
                 f.what += ": a later version is present (the topic is compacted)"
@@ -683,6 +662,14 @@ class Auditor:
                 chk.warn(f)
             else:
                 chk.fail(f)
+
+
+def _after(cause: _Item | None, verb: str = "decided") -> str:
+    if cause is None:
+        return ""
+    if cause.event is None:
+        return f" ({verb} at the processor's clock tick {cause.where})"
+    return f" ({verb} after {cause.event.job_id} seq {cause.event.seq}, {cause.where})"
 
 
 def _plain(v: dict[str, Any]) -> dict[str, Any]:

@@ -307,6 +307,10 @@ def signing_message(record: Mapping[str, Any]) -> bytes:
         (_typed(record, "ts", int), "ts"),
         (snapshot_digest(_typed(record, "snapshot", list)), "snapshot"),
     ]
+    if record.get("input_offset") is not None or record.get("input_partition") is not None:
+        # the point of the processor's input the commitment covers (schemas v3)
+        parts.append((_typed(record, "input_partition", int, nullable=True), "input_partition"))
+        parts.append((_typed(record, "input_offset", int, nullable=True), "input_offset"))
     return b"".join(_part(v, what) for v, what in parts)
 
 

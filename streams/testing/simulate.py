@@ -59,9 +59,10 @@ def simulate_pipeline(source: str | AuditLog, signer: Callable[[dict[str, Any]],
                 batches.append((cohort, list(events)))
     for i, (cohort, events) in enumerate(batches):
         ts = T0 + 1000 * i
+        offset = counters.get("input", 0)
         put("input", cohort, ts, codec.encode_record("EventBatch", {"cohort_id": cohort, "events": events}))
         for r in events:
-            handled = referee.handle(cohort, parse_event(codec.decode_event(r["value"])), ts)
+            handled = referee.handle(cohort, parse_event(codec.decode_event(r["value"])), ts, partition=0)
             publish(handled.emissions, ts)
             if not handled.result.accepted and not handled.result.duplicate:  # as the worker does
                 reason = "; ".join(f"{k}: {d}" for k, d in handled.result.guard) or "rejected by the fold"
@@ -70,8 +71,16 @@ def simulate_pipeline(source: str | AuditLog, signer: Callable[[dict[str, Any]],
                     "original_offset": r["offset"], "original_key": None, "original_value": r["value"],
                     "reason": reason, "error_kind": handled.result.guard[0][0] if handled.result.guard else "REJECTED",
                     "ts": ts}))
-        if grace_ms is not None:
-            publish(referee.tick(ts + 400, grace_ms), ts + 400)
+        referee.note_input(cohort, 0, offset)
+        if grace_ms is not None:  # the worker's timer: a due grace period becomes a tick record
+            now = ts + 400
+            publish(referee.tick(now), now)
+            for due in referee.due_ticks(now, grace_ms):
+                offset = counters.get("input", 0)
+                put("input", due, now, codec.encode_record("EventBatch", {
+                    "cohort_id": due, "events": [], "tick_ms": now, "grace_ms": grace_ms}))
+                publish(referee.clock_tick(due, now, grace_ms, partition=0), now)
+                referee.note_input(due, 0, offset)
         if i % commit_every == commit_every - 1 or i == len(batches) - 1:
             publish(referee.commitments(ts + 500), ts + 500)
     for topic in ("control", "manifests", "commitments", "dlq", "input"):

@@ -190,6 +190,8 @@ def test_build_commitment_record():
         "key_id": None,
         "log_root": merkle.root([sha_parts(e.job_id, e.seq, e.hash) for e in cohort_events()]).hex(),
         "log_size": len(cohort_events()),
+        "input_partition": None,  # filled in by the referee
+        "input_offset": None,
     }
     assert commitment_root(lin) == com["root"] == merkle.root(leaves).hex()
     assert len(com["root"]) == 64 and com["root"] == com["root"].lower()

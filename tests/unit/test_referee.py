@@ -105,23 +105,28 @@ def test_every_emission_encodes():
     pairs = list(routed_events(load_lines("14_pbt_cohort")))
     ref = Referee()
     emissions = run(ref, pairs)
-    emissions += ref.tick(10**12, 0) + ref.commitments(10**12, force=True)
+    emissions += ref.tick(10**12) + ref.commitments(10**12, force=True)
+    for cohort in ref.due_ticks(10**12, 0):
+        emissions += ref.clock_tick(cohort, 10**12, 0)
     for em in emissions:
         name, value = CODEC.decode_record(CODEC.encode_record(em.record, em.value))
         assert name == em.record
 
 
-def test_grace_period_halts_and_unacknowledged_alert():
+def test_grace_period_halts_through_a_tick_and_unacknowledged_alert():
     lines = load_lines("06_guard_untraceable")
     ref = Referee(ack_timeout_ms=5_000)
     run(ref, routed_events(lines), t0=0)
-    early = ref.tick(1_000, grace_ms=60_000)
-    assert not [e for e in early if e.record == "HaltCommand"]
-    late = ref.tick(10**9, grace_ms=60_000)
-    halts = [e for e in late if e.record == "HaltCommand"]
-    assert [(e.key, e.value["reason"]) for e in halts] == [("B", "UNTRACEABLE_SOURCE")]
+    assert ref.due_ticks(1_000, grace_ms=60_000) == []
+    (cohort,) = ref.due_ticks(10**9, grace_ms=60_000)
+    # the worker appends a tick record to the cohort's input; folding it halts
+    halts = [e for e in ref.clock_tick(cohort, 10**9, 60_000) if e.record == "HaltCommand"]
+    assert [(e.key, e.value["reason"], e.value["issued_ts"]) for e in halts] == [("B", "UNTRACEABLE_SOURCE", 10**9)]
+    assert ref.due_ticks(2 * 10**9, grace_ms=60_000) == []  # halted: nothing more is due
+    assert [e for e in ref.clock_tick(cohort, 2 * 10**9, 60_000) if e.record == "HaltCommand"] == []
+    late = ref.tick(10**9)
     assert any(e.record == "Alert" and e.value["kind"] == "COMMAND_UNACKNOWLEDGED" for e in late)
-    assert [e for e in ref.tick(2 * 10**9, grace_ms=60_000) if e.record in ("HaltCommand",)] == []
+    assert not [e for e in late if e.record == "HaltCommand"]
 
 
 def test_router_dead_letters_bad_records_and_routes_by_cohort():
