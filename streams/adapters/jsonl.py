@@ -39,7 +39,9 @@ class JsonlError(Exception):
 def open_text(path: str) -> IO[str]:
     if path == "-":
         return sys.stdin
-    return open(Path(path), "r", encoding="utf-8")
+    # undecodable bytes are kept as surrogates and reported per line (read_events), instead of
+    # failing the whole read with a UnicodeDecodeError
+    return open(Path(path), "r", encoding="utf-8", errors="surrogateescape")
 
 
 def read_events(path: str, handle: IO[str] | None = None) -> Iterator[Event | LineError]:
@@ -50,6 +52,14 @@ def read_events(path: str, handle: IO[str] | None = None) -> Iterator[Event | Li
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
+            if not line.isascii():
+                try:
+                    line.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    bad = line[exc.start].encode("utf-8", "surrogateescape")
+                    yield LineError(name, lineno, None, f"not UTF-8 text (byte 0x{bad.hex()} at column {exc.start + 1}); "
+                                    "expected JSON Lines (or an archive of `traintrace export`)")
+                    continue
             try:
                 data = json.loads(line)
             except json.JSONDecodeError as exc:

@@ -192,3 +192,17 @@ def test_events_only_log_skips_what_needs_the_processor():
     report = audit(load(str(Path(SCENARIOS) / "01_seed_example.jsonl")))
     assert report.passed
     assert [c.name for c in report.checks if c.skipped] == ["input", "commands", "manifests", "commitments"]
+
+
+def test_unreadable_sources_are_named(tmp_path):
+    from streams.adapters.archive import ArchiveError
+    from streams.adapters.jsonl import JsonlError
+
+    binary = tmp_path / "x.bin"
+    binary.write_bytes(b"\x8b\x00\xffnot text")
+    with pytest.raises(JsonlError, match=r"x.bin:1: not UTF-8 text"):
+        load(str(binary))
+    fake = tmp_path / "fake.avro"
+    fake.write_bytes(b"Obj\x01garbage")
+    with pytest.raises(ArchiveError, match="not an Avro object container"):
+        load(str(fake))
