@@ -46,7 +46,7 @@ from streams.core.errors import InvalidEvent
 from streams.core.events import Event, JobStarted, parse_event
 from streams.core.state import Config
 from streams.service import records as R
-from streams.service.auditlog import AuditLog, no_gc
+from streams.service.auditlog import AuditLog, codec_for, no_gc
 
 CHECKS = ("chains", "input", "commands", "manifests", "commitments")
 TITLES = {
@@ -198,7 +198,7 @@ class Auditor:
         self.log = log
         self.config = config or Config()
         self.trusted = trusted_keys
-        self.codec = codec or Codec()
+        self.codec = codec or codec_for(log)
         self.cut = cut or bool(log.meta.get("until"))
         self.progress = progress
         self.checks = {name: Check(name) for name in CHECKS}
@@ -736,7 +736,7 @@ def split_by_cohort(log: AuditLog, n: int, codec: Codec | None = None) -> list[A
     """``log`` as ``n`` logs, each holding whole cohorts: their processor input, their jobs'
     events and commands, their manifests and commitments (the dead letters go to every shard).
     None when a job was routed to cohorts of two shards, or the log has no processor input."""
-    codec = codec or Codec()
+    codec = codec or codec_for(log)
     if not log.has_input:
         return None
     events_at = {(r.partition, r.offset): r for r in log.topic("events")}

@@ -124,6 +124,26 @@ def parse_offsets(text: str) -> tuple[tuple[str, int, int], ...]:
     return tuple(out)
 
 
+def codec_for(log: AuditLog) -> Codec:
+    """A codec that also reads what an archive's embedded writer schemas wrote (an archive of
+    another traintrace version: records of a schema this one does not ship still decode, into
+    the current shape)."""
+    embedded = log.meta.get("schemas") if isinstance(log.meta.get("schemas"), dict) else {}
+    if not embedded:
+        return Codec()
+    from streams.codec.schemas import default_schema_set
+
+    known = {info.fingerprint.hex() for info in default_schema_set()}
+    extra = [v["schema"] for fp, v in sorted(embedded.items())
+             if fp not in known and isinstance(v, dict) and isinstance(v.get("schema"), str)]
+    if not extra:
+        return Codec()
+    try:
+        return Codec(default_schema_set().with_writers(*extra))
+    except Exception:  # an unusable embedded schema: the records it wrote are reported undecodable
+        return Codec()
+
+
 @contextmanager
 def no_gc() -> Iterator[None]:
     """Reading and auditing a log allocate a large, acyclic heap: the cyclic collector would
@@ -248,7 +268,7 @@ class Folded:
 
 
 def fold_order(log: AuditLog, codec: Codec | None = None) -> Iterator[Folded]:
-    codec = codec or Codec()
+    codec = codec or codec_for(log)
     if log.has_input:
         yield from _from_input(log, codec)
     else:

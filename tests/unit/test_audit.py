@@ -206,3 +206,34 @@ def test_unreadable_sources_are_named(tmp_path):
     fake.write_bytes(b"Obj\x01garbage")
     with pytest.raises(ArchiveError, match="not an Avro object container"):
         load(str(fake))
+
+
+def test_an_archive_of_another_version_decodes_with_its_embedded_schemas(tmp_path):
+    """A record written with a writer schema this version does not ship (here: a commitment
+    without the v3 input position) decodes through the schemas the archive embeds."""
+    from io import BytesIO
+
+    from fastavro import schemaless_writer
+
+    from streams.codec.schemas import SchemaInfo, default_schema_set
+    from streams.service.export import embedded_schemas
+
+    log = chained_log(tmp_path)
+    raw = dict(default_schema_set().reader("LineageCommitment").raw)
+    raw["fields"] = [f for f in raw["fields"] if f["name"] not in ("input_partition", "input_offset")]
+    raw["doc"] = "an older writer"
+    old = SchemaInfo.build(raw)
+    for i, rec in enumerate(log.topic("commitments")):
+        _n, v = CODEC.decode_record(rec.value)
+        buf = BytesIO()
+        schemaless_writer(buf, old.parsed, {k: v[k] for k in v if k not in ("input_partition", "input_offset", "type")})
+        log.records["commitments"][i] = replace(rec, value=b"\xc3\x01" + old.fingerprint + buf.getvalue())
+    records = [r for t in ("events", "input", "control", "manifests", "commitments") for r in log.topic(t)]
+    path = tmp_path / "older.avro"
+    schemas = {**embedded_schemas(), old.fingerprint.hex(): {"name": old.fullname, "version": 0, "schema": old.schema_str}}
+    write_archive(str(path), records, {"schemas": schemas, "topics": {t: t for t in ("events", "input", "control",
+                                                                                     "manifests", "commitments")}})
+    assert audit(load_archive(str(path))).passed
+    # without the embedded schema those records are undecodable, and said to be
+    write_archive(str(path), records, {"schemas": embedded_schemas(), "topics": {"commitments": "c"}})
+    assert not audit(load_archive(str(path))).check("commitments").passed
