@@ -224,8 +224,8 @@ def _fold_batch_value(codec: Codec, referee: Referee, value: bytes, partition: i
 
 
 def read_published_commands(settings: WorkerSettings, codec: Codec) -> tuple[set[str], dict[str, tuple[str, str]]]:
-    """Every command_id already on ``lineage.control`` (read to its end), and the last plan
-    record of each job (job_id -> (record name, command_id))."""
+    """Every command_id already on ``lineage.control`` (read to its end) or superseded by one
+    there, and the last plan record of each job (job_id -> (record name, command_id))."""
     topic = settings.topics.control
     consumer = Consumer(consumer_config(settings.bootstrap, f"{settings.app_id}-published",
                                         **{"enable.partition.eof": True}))
@@ -265,6 +265,10 @@ def read_published_commands(settings: WorkerSettings, codec: Codec) -> tuple[set
                 cid = rec.get("command_id")
                 if cid:
                     ids.add(cid)
+                if rec.get("supersedes"):
+                    # superseded on the topic already: re-deciding it (a replay that starts
+                    # before the record that superseded it) must not publish it after its successor
+                    ids.add(rec["supersedes"])
                 if name in ("RollbackCommand", "QuarantineNotice", "PlanCleared"):
                     last_plan[rec["job_id"]] = (name, cid)
     finally:

@@ -372,14 +372,14 @@ class Auditor:
                     if folded is None:
                         continue
                     ev = folded
-                if origin in routed:
-                    continue  # a redelivered batch: the fold drops it as a duplicate
-                routed.add(origin)
-                last = last_of_job.get(ev.job_id)
-                if last is not None and ev.seq < last:
-                    chk.fail(Finding(f"folded out of order: seq {ev.seq} after seq {last} "
-                                     f"(via {_where(rec)})", job_id=ev.job_id, seq=ev.seq, where=f"events[{origin[0]}]@{origin[1]}"))
-                last_of_job[ev.job_id] = max(ev.seq, last if last is not None else -1)
+                if origin not in routed:  # (a redelivered batch is folded again: the fold drops it)
+                    routed.add(origin)
+                    last = last_of_job.get(ev.job_id)
+                    if last is not None and ev.seq < last:
+                        chk.fail(Finding(f"folded out of order: seq {ev.seq} after seq {last} "
+                                         f"(via {_where(rec)})", job_id=ev.job_id, seq=ev.seq,
+                                         where=f"events[{origin[0]}]@{origin[1]}"))
+                    last_of_job[ev.job_id] = max(ev.seq, last if last is not None else -1)
                 self.items.append(_Item(cohort, ev, rec.timestamp, rec.partition, rec))
         self._tick("input", len(recs), len(recs))
         last_input_ts = max((r.timestamp for r in recs), default=0)
@@ -548,6 +548,7 @@ class Auditor:
             if em.record != "HaltCommand":  # the job's plan records, each superseding the one before
                 order_of_job.setdefault(em.value["job_id"], []).append(em.value["command_id"])
         end_halts = {em.value["command_id"]: em for em in at_end}
+        last_index: dict[str, tuple[int, str, str]] = {}  # job -> (chain index, command id, where)
         got: dict[str, dict[str, Any]] = {}
         operator = 0
         for rec, name, value in self._decoded("control", chk, "control record"):
@@ -573,6 +574,17 @@ class Auditor:
                 chk.fail(Finding(f"command {cid[:12]} is a {name}, the log implies a {em.record}",
                                  job_id=value.get("job_id"), where=where))
                 continue
+            chain = order_of_job.get(em.value["job_id"], [])
+            if cid in chain:  # plan records must come out in the order they supersede each other
+                idx = chain.index(cid)
+                last = last_index.get(em.value["job_id"])
+                if last is not None and idx < last[0]:
+                    chk.fail(Finding(f"{name} {cid[:12]} published after {last[1][:12]}, which supersedes it: "
+                                     "the job's effective plan on the topic is stale",
+                                     job_id=em.value["job_id"], where=where, field="order",
+                                     expected=f"before {last[2]}", found=where))
+                else:
+                    last_index[em.value["job_id"]] = (idx, cid, where)
             for f, e, g in _values_differ(em.value, value)[:8]:
                 chk.fail(Finding(f"{name} {cid[:12]} differs from what the log implies"
                                  + _after(cause),

@@ -237,3 +237,17 @@ def test_an_archive_of_another_version_decodes_with_its_embedded_schemas(tmp_pat
     # without the embedded schema those records are undecodable, and said to be
     write_archive(str(path), records, {"schemas": embedded_schemas(), "topics": {"commitments": "c"}})
     assert not audit(load_archive(str(path))).check("commitments").passed
+
+
+def test_a_command_published_after_its_successor_fails(tmp_path):
+    log = chained_log(tmp_path)
+    control = log.topic("control")
+    decoded = [CODEC.decode_record(r.value)[1] for r in control]
+    k = next(i for i, v in enumerate(decoded) if v.get("supersedes")
+             and any(w["command_id"] == v["supersedes"] for w in decoded[:i]))
+    j = next(i for i, w in enumerate(decoded[:k]) if w["command_id"] == decoded[k]["supersedes"])
+    # the superseded command comes out only after its successor (as a late re-decision would)
+    moved = log.records["control"].pop(j)
+    log.add(LogRecord("control", 0, 10_000, moved.timestamp, moved.key, moved.value))
+    f = failures(log)
+    assert [(x.field, x.where) for x in f["commands"]] == [("order", "control[0]@10000")]
