@@ -67,9 +67,22 @@ class LogRecord:
                 "timestamp": self.timestamp, "key": self.key, "value": self.value}
 
 
+def default_codec() -> str:
+    """Snappy (a standard Avro container codec; about twice as fast to write and a third faster
+    to read than deflate, for a file about 1.4 times larger) when its library is installed, else
+    deflate."""
+    try:
+        import cramjam  # noqa: F401  (fastavro's snappy support)
+    except ImportError:
+        return "deflate"
+    return "snappy"
+
+
 def write_archive(path: str, records: Iterable[LogRecord], metadata: dict[str, Any] | None = None,
-                  codec: str = "deflate") -> int:
-    """Write ``records`` to ``path``; return how many. ``metadata`` values are stored as JSON."""
+                  codec: str | None = None) -> int:
+    """Write ``records`` to ``path``; return how many. ``metadata`` values are stored as JSON.
+    ``codec``: an Avro container codec (default: :func:`default_codec`)."""
+    codec = codec or default_codec()
     meta = {"traintrace.format": FORMAT}
     for k, v in (metadata or {}).items():
         meta[f"traintrace.{k}"] = v if isinstance(v, str) else json.dumps(v, sort_keys=True)

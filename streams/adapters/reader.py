@@ -251,6 +251,65 @@ def read_batches_to_end(bootstrap: str, topic: str, timeout: float = 30.0,
         consumer.close()
 
 
+def read_topics_to_end(bootstrap: str, topics: list[str], timeout: float = 30.0,
+                       connect_timeout: float = CONNECT_TIMEOUT, batch: int = 5000) -> dict[str, list[Any]]:
+    """Every record of each of ``topics`` (that exists) from the beginning to its end offsets
+    taken at the start, read by one consumer at once: topic -> confluent-kafka messages in
+    arrival order (per partition in offset order). A missing topic is left out."""
+    c = _consumer(bootstrap)
+    consumer = c.consumer
+    out: dict[str, list[Any]] = {}
+    try:
+        ends: dict[tuple[str, int], int] = {}
+        for topic in topics:
+            try:
+                parts = _partitions(c, bootstrap, topic, min(timeout, connect_timeout))
+            except TopicNotFound:
+                continue
+            out[topic] = []
+            for p in parts:
+                low, high = _watermarks(consumer, bootstrap, topic, p, timeout)
+                if high > low:
+                    ends[(topic, p)] = high
+        if not ends:
+            return out
+        consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in sorted(ends)])
+        pending = set(ends)
+        last_progress = time.monotonic()
+        while pending:
+            msgs = consumer.consume(batch, timeout=0.05)
+            if not msgs:
+                if time.monotonic() - last_progress > timeout:
+                    raise ReaderError(f"reading {', '.join(topics)} on {bootstrap} made no progress for "
+                                      f"{timeout:g}s ({len(pending)} partitions not read to their end)")
+                continue
+            for msg in msgs:
+                tp = (msg.topic(), msg.partition())
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        last_progress = time.monotonic()
+                        pending.discard(tp)
+                        continue
+                    if _fatal(err):
+                        raise ReaderError(f"reading {tp[0]!r} on {bootstrap} failed: {err.str()}")
+                    client_logger.warning("reading %s: %s", tp[0], err.str())
+                    continue
+                last_progress = time.monotonic()
+                if tp not in pending:
+                    continue
+                off = msg.offset()
+                if off >= ends[tp]:
+                    pending.discard(tp)
+                    continue
+                if off >= ends[tp] - 1:
+                    pending.discard(tp)
+                out[tp[0]].append(msg)
+    finally:
+        consumer.close()
+    return out
+
+
 def follow(bootstrap: str, topic: str, from_beginning: bool = False, *,
            idle_timeout: float | None = None, max_messages: int | None = None,
            connect_timeout: float = CONNECT_TIMEOUT, poll_interval: float = 0.5) -> Iterator[Message]:

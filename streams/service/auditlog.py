@@ -192,30 +192,26 @@ def load_topics(bootstrap: str, names: Any, until: Until | None = None,
 
 
 def _load_topics(bootstrap, names, until, topics, progress) -> AuditLog:
-    from streams.adapters.reader import TopicNotFound, read_batches_to_end
+    from streams.adapters.reader import read_topics_to_end
 
+    topics = tuple(topics)
     log = AuditLog(meta={"topics": {t: getattr(names, TOPICS[t]) for t in topics},
                          "bootstrap": bootstrap, "read_at_ms": int(time.time() * 1000)},
                    source=f"kafka://{bootstrap}")
-    for logical in topics:
-        name = getattr(names, TOPICS[logical])
+    logical_of = {getattr(names, TOPICS[t]): t for t in topics}
+    # one consumer for every topic at once: the small topics cost no set-up of their own
+    for name, msgs in read_topics_to_end(bootstrap, list(logical_of)).items():
+        logical = logical_of[name]
         out = log.records.setdefault(logical, [])
-        n = 0
-        try:
-            for batch in read_batches_to_end(bootstrap, name):
-                for m in batch:
-                    key = m.key()
-                    ts_type, ts = m.timestamp()
-                    rec = LogRecord(logical, m.partition(), m.offset(), ts if ts_type and ts >= 0 else 0,
-                                    key.decode("utf-8", "replace") if key is not None else None, m.value())
-                    if until is None or until.keeps(rec):
-                        out.append(rec)
-                n += len(batch)
-                if progress is not None:
-                    progress(logical, n)
-        except TopicNotFound:
-            del log.records[logical]
-            continue
+        for m in msgs:
+            key = m.key()
+            ts_type, ts = m.timestamp()
+            rec = LogRecord(logical, m.partition(), m.offset(), ts if ts_type and ts >= 0 else 0,
+                            key.decode("utf-8", "replace") if key is not None else None, m.value())
+            if until is None or until.keeps(rec):
+                out.append(rec)
+        if progress is not None:
+            progress(logical, len(msgs))
     log.sort()
     return log
 
