@@ -198,96 +198,65 @@ def read_batches_to_end(bootstrap: str, topic: str, timeout: float = 30.0,
                         connect_timeout: float = CONNECT_TIMEOUT, batch: int = 5000) -> Iterator[list[Any]]:
     """As :func:`read_to_end`, in lists of confluent-kafka messages (no per-record wrapping:
     for readers of whole logs, such as the audit)."""
-    c = _consumer(bootstrap)
-    consumer = c.consumer
-    try:
-        parts = _partitions(c, bootstrap, topic, min(timeout, connect_timeout))
-        ends: dict[int, int] = {}
-        for p in parts:
-            low, high = _watermarks(consumer, bootstrap, topic, p, timeout)
-            if high > low:
-                ends[p] = high
-        if not ends:
-            return
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(ends)])
-        pending = set(ends)
-        last_progress = time.monotonic()
-        while pending:
-            msgs = consumer.consume(batch, timeout=0.05)
-            if not msgs:
-                if time.monotonic() - last_progress > timeout:
-                    raise ReaderError(
-                        f"reading {topic!r} on {bootstrap} made no progress for {timeout:g}s "
-                        f"(partitions {sorted(pending)} not read to their end)")
-                continue
-            out = []
-            for msg in msgs:
-                p = msg.partition()
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        # the end of what is readable now: at or past the snapshot's end (a
-                        # transaction marker can make the last offset unreadable)
-                        last_progress = time.monotonic()
-                        pending.discard(p)
-                        continue
-                    if _fatal(err):
-                        raise ReaderError(f"reading {topic!r} on {bootstrap} failed: {err.str()}")
-                    client_logger.warning("reading %s: %s", topic, err.str())
-                    continue
-                last_progress = time.monotonic()
-                if p not in pending:
-                    continue
-                off = msg.offset()
-                if off >= ends[p]:
-                    pending.discard(p)
-                    continue
-                if off >= ends[p] - 1:
-                    pending.discard(p)
-                out.append(msg)
-            if out:
-                yield out
-    finally:
-        consumer.close()
+    yield from _batches_to_end(bootstrap, [topic], timeout, connect_timeout, batch, missing_ok=False)
 
 
 def read_topics_to_end(bootstrap: str, topics: list[str], timeout: float = 30.0,
                        connect_timeout: float = CONNECT_TIMEOUT, batch: int = 5000) -> dict[str, list[Any]]:
     """Every record of each of ``topics`` (that exists) from the beginning to its end offsets
-    taken at the start, read by one consumer at once: topic -> confluent-kafka messages in
-    arrival order (per partition in offset order). A missing topic is left out."""
+    taken at the start, read by one consumer at once: topic -> confluent-kafka messages (per
+    partition in offset order). A missing topic is left out."""
+    out: dict[str, list[Any]] = {}
+    for msgs in _batches_to_end(bootstrap, topics, timeout, connect_timeout, batch, missing_ok=True, found=out):
+        for msg in msgs:
+            out[msg.topic()].append(msg)
+    return out
+
+
+def _batches_to_end(bootstrap: str, topics: list[str], timeout: float, connect_timeout: float, batch: int,
+                    missing_ok: bool, found: dict[str, list[Any]] | None = None) -> Iterator[list[Any]]:
+    """One consumer over every partition of ``topics``, from the beginning to the end offsets
+    taken at the start; yields the records in lists. A missing topic raises
+    :class:`TopicNotFound` unless ``missing_ok`` (then ``found`` gets the topics that exist)."""
     c = _consumer(bootstrap)
     consumer = c.consumer
-    out: dict[str, list[Any]] = {}
     try:
         ends: dict[tuple[str, int], int] = {}
         for topic in topics:
             try:
                 parts = _partitions(c, bootstrap, topic, min(timeout, connect_timeout))
             except TopicNotFound:
+                if not missing_ok:
+                    raise
                 continue
-            out[topic] = []
+            if found is not None:
+                found[topic] = []
             for p in parts:
                 low, high = _watermarks(consumer, bootstrap, topic, p, timeout)
                 if high > low:
                     ends[(topic, p)] = high
         if not ends:
-            return out
+            return
         consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in sorted(ends)])
         pending = set(ends)
         last_progress = time.monotonic()
         while pending:
+            # consume() waits for the whole count or the timeout: keep the timeout short
             msgs = consumer.consume(batch, timeout=0.05)
             if not msgs:
                 if time.monotonic() - last_progress > timeout:
-                    raise ReaderError(f"reading {', '.join(topics)} on {bootstrap} made no progress for "
-                                      f"{timeout:g}s ({len(pending)} partitions not read to their end)")
+                    raise ReaderError(
+                        f"reading {', '.join(topics)} on {bootstrap} made no progress for {timeout:g}s "
+                        f"(partitions {sorted(pending)} not read to their end)")
                 continue
+            out = []
             for msg in msgs:
                 tp = (msg.topic(), msg.partition())
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
+                        # the end of what is readable now: at or past the snapshot's end (a
+                        # transaction marker can make the last offset unreadable)
                         last_progress = time.monotonic()
                         pending.discard(tp)
                         continue
@@ -304,10 +273,11 @@ def read_topics_to_end(bootstrap: str, topics: list[str], timeout: float = 30.0,
                     continue
                 if off >= ends[tp] - 1:
                     pending.discard(tp)
-                out[tp[0]].append(msg)
+                out.append(msg)
+            if out:
+                yield out
     finally:
         consumer.close()
-    return out
 
 
 def follow(bootstrap: str, topic: str, from_beginning: bool = False, *,
