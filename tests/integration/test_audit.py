@@ -150,6 +150,14 @@ def test_prove_and_verify_on_the_real_log(run, tmp_path):
     assert r.exit_code == 0, r.output
     r = runner.invoke(cli, ["verify-proof", str(cons)])
     assert r.exit_code == 0 and "VALID" in r.output, r.output
+    # and from the live topics: an event's inclusion in its cohort's fold log
+    prefix = run["topics"].events[: -len("lineage.events")]
+    ev = tmp_path / "event.json"
+    r = runner.invoke(cli, ["prove", "kafka", "--event", f"{job}:{com['heads'][0]['seq']}", "--out", str(ev),
+                            "--bootstrap", run["bootstrap"], "--topic-prefix", prefix])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(cli, ["verify-proof", str(ev), "--trusted-keys", str(run["keys"])])
+    assert r.exit_code == 0 and "VALID" in r.output, r.output
 
 
 def test_cli_export_and_audit_from_topics_and_archive(run, tmp_path):
