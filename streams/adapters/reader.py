@@ -189,16 +189,9 @@ def read_to_end(bootstrap: str, topic: str, timeout: float = 30.0,
     progress while reading), not the whole read, so a large topic is read whole. Raises
     :class:`TopicNotFound`, :class:`BrokerUnreachable` or :class:`ReaderError`.
     """
-    for batch in read_batches_to_end(bootstrap, topic, timeout, connect_timeout):
+    for batch in _batches_to_end(bootstrap, [topic], timeout, connect_timeout, 5000, missing_ok=False):
         for msg in batch:
             yield _message(msg)
-
-
-def read_batches_to_end(bootstrap: str, topic: str, timeout: float = 30.0,
-                        connect_timeout: float = CONNECT_TIMEOUT, batch: int = 5000) -> Iterator[list[Any]]:
-    """As :func:`read_to_end`, in lists of confluent-kafka messages (no per-record wrapping:
-    for readers of whole logs, such as the audit)."""
-    yield from _batches_to_end(bootstrap, [topic], timeout, connect_timeout, batch, missing_ok=False)
 
 
 def read_topics_to_end(bootstrap: str, topics: list[str], timeout: float = 30.0,

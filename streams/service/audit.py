@@ -75,17 +75,24 @@ class Finding:
                                   ("expected", self.expected), ("found", self.found)) if v is not None}
 
     def line(self) -> str:
-        head = []
-        if self.job_id is not None:
-            head.append(f"job {self.job_id}")
-        if self.seq is not None:
-            head.append(f"seq {self.seq}")
-        if self.where:
-            head.append(f"at {self.where}")
-        s = (", ".join(head) + ": " if head else "") + self.what
-        if self.field is not None:
-            s += f" — {self.field}: expected {_short(self.expected)}, found {_short(self.found)}"
-        return s
+        return finding_line(self.as_dict(), value=_short)
+
+
+def finding_line(f: Any, value: Callable[[Any], str] | None = None) -> str:
+    """One finding (a :class:`Finding`'s ``as_dict()``, as in a JSON report) as one line:
+    ``job J, seq S, at topic[p]@o: what — field: expected E, found F``. ``value`` renders the
+    expected and found values (default: ``str``, cut at 80 characters); a string is returned
+    as it is."""
+    if not isinstance(f, dict):
+        return str(f)
+    value = value or (lambda v: str(v)[:80])
+    head = [x for x in (f"job {f['job_id']}" if f.get("job_id") is not None else "",
+                        f"seq {f['seq']}" if f.get("seq") is not None else "",
+                        f"at {f['where']}" if f.get("where") else "") if x]
+    s = (", ".join(head) + ": " if head else "") + str(f.get("what", ""))
+    if f.get("field") is not None:
+        s += f" — {f['field']}: expected {value(f.get('expected'))}, found {value(f.get('found'))}"
+    return s
 
 
 def _short(v: Any, n: int = 80) -> str:
@@ -612,11 +619,8 @@ class Auditor:
             elif em.record == "PlanCleared" and not any(c in got for c in earlier):
                 f.what += ": it clears a plan that was never published, so there is nothing to clear"
                 chk.warn(f)
-            elif self.cut:
-                f.what += ": not yet published when the log was read or cut"
-                chk.warn(f)
             else:
-                chk.fail(f)
+                self._missing(chk, f)
         for cid, em in end_halts.items():
             if cid not in got and cid not in want:
                 chk.warn(Finding(f"no HaltCommand yet for an unresolved source ({em.value.get('detail')}): "
@@ -669,11 +673,17 @@ class Auditor:
             if got_latest.get(k[0], 0) > k[1]:
                 f.what += ": a later version is present (the topic is compacted)"
                 chk.warn(f)
-            elif self.cut:
-                f.what += ": not yet published when the log was read or cut"
-                chk.warn(f)
             else:
-                chk.fail(f)
+                self._missing(chk, f)
+
+    def _missing(self, chk: Check, f: Finding) -> None:
+        """A record the log implies and the topic lacks: a failure, unless the log was cut
+        (``--until``) before it could be published."""
+        if self.cut:
+            f.what += ": not yet published when the log was read or cut"
+            chk.warn(f)
+        else:
+            chk.fail(f)
 
 
 def _after(cause: _Item | None, verb: str = "decided") -> str:

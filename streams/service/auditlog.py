@@ -299,13 +299,3 @@ def _from_events(log: AuditLog, codec: Codec) -> Iterator[Folded]:
             yield Folded("", None, rec.timestamp, (rec.partition, rec.offset), rec.value, rec, str(exc))
             continue
         yield Folded(router.route(event), event, rec.timestamp, (rec.partition, rec.offset), rec.value, rec)
-
-
-def decode_events(log: AuditLog, codec: Codec | None = None) -> Iterator[tuple[LogRecord, Event | None, str | None]]:
-    """Every record of the events topic, decoded: (record, event or None, error or None)."""
-    codec = codec or Codec()
-    for rec in log.topic("events"):
-        try:
-            yield rec, parse_event(codec.decode_event(rec.value or b"")), None
-        except (DecodeError, InvalidEvent) as exc:
-            yield rec, None, str(exc)

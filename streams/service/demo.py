@@ -597,16 +597,6 @@ def redo_commands(work: Path) -> list[str]:
     ]
 
 
-def _finding_line(f: dict[str, Any]) -> str:
-    head = [x for x in (f"job {f['job_id']}" if f.get("job_id") is not None else "",
-                        f"seq {f['seq']}" if f.get("seq") is not None else "",
-                        f"at {f['where']}" if f.get("where") else "") if x]
-    s = (", ".join(head) + ": " if head else "") + str(f.get("what", ""))
-    if f.get("field") is not None:
-        s += f" — {f['field']}: expected {str(f.get('expected'))[:60]}, found {str(f.get('found'))[:60]}"
-    return s
-
-
 def audit_run(bootstrap: str, topics: Any, work: Path, key_id: str | None,
               status: Callable[[str, str], None] | None = None) -> dict[str, Any]:
     """Export the run's topics to ``work/log.avro``, audit the archive with the keyring of
@@ -616,7 +606,7 @@ def audit_run(bootstrap: str, topics: Any, work: Path, key_id: str | None,
     export, an audit or a drawing that fails): the section says so in ``error`` and the story
     checks fail. ``status(phase, detail)`` is told what is going on."""
     from streams.codec import Codec, DecodeError
-    from streams.service.audit import audit as run_audit
+    from streams.service.audit import audit as run_audit, finding_line
     from streams.service.auditlog import load_archive
     from streams.service.export import DEFAULT_TOPICS, export
 
@@ -666,7 +656,7 @@ def audit_run(bootstrap: str, topics: Any, work: Path, key_id: str | None,
             "signed_commitments": signed, "trusted_keys": sorted(keyring),
             "checks": [{"name": c["name"], "title": c["title"], "verdict": c["verdict"],
                         "checked": c["checked"], "failed": c["failed"], "warned": c["warned"],
-                        "failures": [_finding_line(f) for f in c["failures"][:5]],
+                        "failures": [finding_line(f, lambda v: str(v)[:60]) for f in c["failures"][:5]],
                         "notes": list(c["notes"][:5]) + [f"{k}: {v}" for k, v in c.get("counts", {}).items()]}
                        for c in d["checks"]],
         })

@@ -36,6 +36,7 @@ from streams.core.events import (
 )
 from streams.core.project import EXTERNAL, aliased_checkpoint, ancestry
 from streams.core.state import INF, Config
+from streams.service.audit import finding_line
 from streams.service.auditlog import AuditLog, fold_order
 
 # ---------------------------------------------------------------------------------------- model
@@ -1164,20 +1165,6 @@ def _anchor(cohort: str) -> str:
     return "cohort-" + (re.sub(r"[^A-Za-z0-9_-]+", "_", cohort) or "unregistered")
 
 
-def _finding(f: Any) -> str:
-    """A finding of ``AuditReport.as_dict()`` (what, job_id, seq, where, field, expected,
-    found) as one line; a string as it is."""
-    if not isinstance(f, dict):
-        return str(f)
-    head = [x for x in (f"job {f['job_id']}" if f.get("job_id") is not None else "",
-                        f"seq {f['seq']}" if f.get("seq") is not None else "",
-                        f"at {f['where']}" if f.get("where") else "") if x]
-    s = (", ".join(head) + ": " if head else "") + str(f.get("what", ""))
-    if f.get("field") is not None:
-        s += f" — {f['field']}: expected {str(f.get('expected'))[:80]}, found {str(f.get('found'))[:80]}"
-    return s
-
-
 _VERDICT_TAG = {"PASS": ("pass", "PASS"), "FAIL": ("fail", "FAIL"), "SKIPPED": ("skip", "SKIPPED")}
 _FINDINGS_SHOWN = 5
 
@@ -1198,13 +1185,13 @@ def _audit_html(audit: dict[str, Any], audit_path: str | None, audit_href: str |
             what.append(_e(c.get("detail")))
         failures = c.get("failures") or []
         for f in failures[:_FINDINGS_SHOWN]:
-            what.append(f'<span class="finding fail-text">✗ {_e(_finding(f))}</span>')
+            what.append(f'<span class="finding fail-text">✗ {_e(finding_line(f))}</span>')
         n_failed = c.get("failed", len(failures)) or 0
         if n_failed > min(len(failures), _FINDINGS_SHOWN):
             what.append(f'<span class="muted">… {n_failed - min(len(failures), _FINDINGS_SHOWN)} more '
                         f'failure(s) in the report</span>')
         for f in (c.get("warnings") or [])[:_FINDINGS_SHOWN]:
-            what.append(f'<span class="finding">! {_e(_finding(f))}</span>')
+            what.append(f'<span class="finding">! {_e(finding_line(f))}</span>')
         for n in (c.get("notes") or [])[:_FINDINGS_SHOWN]:
             what.append(f'<span class="muted">{_e(n)}</span>')
         row = [f'<span class="tag {cls}">{label}</span>', f"<code>{_e(c.get('name'))}</code>"]
