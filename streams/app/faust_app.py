@@ -32,11 +32,14 @@ import weakref
 from typing import Any
 
 import faust
+from faust.types import TP
 from faust.streams import _current_event
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from streams.adapters.kafka import consumer_config, producer_config
 from streams.app import metrics
+from streams.app.clock import InputClock
+from streams.app.positions import InputPartitions, Verdict
 from streams.app.referee import Referee
 from streams.app.router import RawRecord, Routed, Router
 from streams.app.settings import WorkerSettings
@@ -276,15 +279,6 @@ def read_published_commands(settings: WorkerSettings, codec: Codec) -> tuple[set
     return ids, last_plan
 
 
-def committed_offsets(settings: WorkerSettings, topic: str, partitions: list[int]) -> dict[int, int]:
-    consumer = Consumer(consumer_config(settings.bootstrap, settings.app_id))
-    try:
-        got = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=30)
-        return {tp.partition: max(tp.offset, 0) for tp in got}
-    finally:
-        consumer.close()
-
-
 def _die(agent: str, exc: BaseException) -> None:
     """Crash-only: an unexpected error in an agent stops the process at once, before Faust
     acknowledges the batch, so the batch is processed again after a restart (at-least-once).
@@ -292,6 +286,46 @@ def _die(agent: str, exc: BaseException) -> None:
     log.critical("agent %s failed; exiting so the batch is redelivered: %r", agent, exc, exc_info=exc)
     logging.shutdown()
     os._exit(70)
+
+
+def group_starts(settings: WorkerSettings, topic: str, partitions: list[int]) -> dict[int, int]:
+    """Where the group resumes each partition: its committed offset, or where the partition
+    begins when it has none."""
+    consumer = Consumer(consumer_config(settings.bootstrap, settings.app_id))
+    try:
+        got = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=30)
+        out = {}
+        for tp in got:
+            if tp.offset >= 0:
+                out[tp.partition] = tp.offset
+            else:
+                low, _high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=30)
+                out[tp.partition] = max(low, 0)
+        return out
+    finally:
+        consumer.close()
+
+
+def first_offset_from(settings: WorkerSettings, topic: str, partition: int, offset: int) -> int | None:
+    """The offset of the first record of ``topic[partition]`` at or after ``offset`` (None if
+    there is none yet): tells a real gap in the log from records a consumer did not see."""
+    consumer = Consumer(consumer_config(settings.bootstrap, f"{settings.app_id}-gap",
+                                        **{"enable.partition.eof": True}))
+    try:
+        consumer.assign([TopicPartition(topic, partition, offset)])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    return None
+                continue
+            return msg.offset()
+        raise RuntimeError(f"reading {topic}[{partition}] at {offset} stalled")
+    finally:
+        consumer.close()
 
 
 def create_app(settings: WorkerSettings) -> faust.App:
@@ -319,22 +353,29 @@ def create_app(settings: WorkerSettings) -> faust.App:
         broker_rebalance_timeout=max(20.0, settings.session_timeout_s * 2),
     )
     topics = settings.topics
+    # acks=False: Faust commits nothing for the two inputs; the worker commits what it has
+    # processed and flushed itself (streams.app.positions explains why)
     events_topic = app.topic(topics.events, key_serializer="raw", value_serializer="raw",
-                             partitions=settings.partitions)
+                             partitions=settings.partitions, acks=False)
     by_cohort_topic = app.topic(topics.by_cohort, key_serializer="raw", value_serializer="raw",
-                                partitions=settings.partitions)
+                                partitions=settings.partitions, acks=False)
     # job_id -> cohort_id; a key lives in the changelog partition of the event that set it,
     # which is the job's lineage.events partition, so it is recovered where the job is routed
     cohort_table = app.Table("job-cohort", default=None, partitions=settings.partitions,
-                             key_type=str, value_type=str)
+                             key_type=str, value_type=str, help="job_id -> cohort_id, from each job's JobStarted")
 
     outbox = Outbox(settings, codec)
     router = Router(codec, cohort_table)
     referee = Referee(settings.core, settings.ack_timeout_ms, signer=_signer(settings))
     ckview = CheckpointView(settings, codec)
-    lock = asyncio.Lock()
-    position: dict[int, int] = {}  # by-cohort partition -> next offset folded into the referee
-    route_position: dict[int, int] = {}  # events partition -> next offset routed
+    clock = InputClock(settings.bootstrap, topics.events, settings.app_id)
+    lock = asyncio.Lock()  # the fold (decide agent, timers)
+    route_lock = asyncio.Lock()  # the router
+    route = InputPartitions(topics.events)
+    fold = InputPartitions(topics.by_cohort)
+    suspended: dict[int, int] = {}  # by-cohort partition revoked -> position its kept state is at
+    position = fold.position  # by-cohort partition -> next offset folded into the referee
+    route_position = route.position  # events partition -> next offset routed
 
     app.traintrace = {  # for the web views and tests
         "settings": settings, "referee": referee, "router": router, "checkpoints": ckview,
@@ -369,53 +410,133 @@ def create_app(settings: WorkerSettings) -> faust.App:
         log.info("rebuilt %s[%d] from offsets %d..%d: %d events in %.2fs; %d record(s) reconciled",
                  topics.by_cohort, partition, start, end, n, time.perf_counter() - t, len(missing))
 
-    owned: set[int] = set()  # by-cohort partitions assigned to this worker, from the signals
+    async def commit(partitions: set[TP] | None = None) -> None:
+        """Commit the positions of owned partitions (all, or those of ``partitions``) that
+        moved. Call with both locks held: positions only move once outputs are flushed."""
+        offsets: dict[TP, int] = {}
+        for inp in (route, fold):
+            parts = None if partitions is None else {tp.partition for tp in partitions if tp.topic == inp.topic}
+            for p, o in inp.to_commit(parts).items():
+                offsets[TP(inp.topic, p)] = o
+        if not offsets:
+            return
+        await app.producer.flush()  # the router's table writes (changelog) come first
+        if await app.consumer._commit(offsets):
+            for inp in (route, fold):
+                inp.committed_at({tp.partition: o for tp, o in offsets.items() if tp.topic == inp.topic})
+            metrics.COMMITS.inc()
 
     @app.on_partitions_revoked.connect
     async def on_revoked(app_, revoked, **kwargs) -> None:
-        async with lock:
+        # wait for the batches in flight, commit exactly what they processed while the
+        # partitions are still ours, and stop processing them: the next owner starts there
+        async with route_lock, lock:
+            await commit(set(revoked))
             for tp in revoked:
-                if tp.topic == topics.by_cohort:
-                    owned.discard(tp.partition)
-                    referee.drop_partition(tp.partition)
-                    position.pop(tp.partition, None)
+                if tp.topic == topics.by_cohort and tp.partition in fold.owned:
+                    fold.revoke(tp.partition)
+                    suspended[tp.partition] = position[tp.partition]  # kept, in case it comes back
                 elif tp.topic == topics.events:
-                    route_position.pop(tp.partition, None)
+                    route.revoke(tp.partition)
 
     @app.on_partitions_assigned.connect
     async def on_assigned(app_, assigned, **kwargs) -> None:
-        mine = sorted(tp.partition for tp in assigned if tp.topic == topics.by_cohort)
-        owned.update(mine)
-        if not mine:
-            return
         loop = asyncio.get_running_loop()
-        log.info("assigned %s%s: fetching committed offsets", topics.by_cohort, mine)
-        committed = await loop.run_in_executor(None, committed_offsets, settings, topics.by_cohort, mine)
-        log.info("committed offsets of %s: %s", topics.by_cohort, committed)
+        ev_parts = sorted(tp.partition for tp in assigned if tp.topic == topics.events)
+        mine = sorted(tp.partition for tp in assigned if tp.topic == topics.by_cohort)
+        async with route_lock:
+            if ev_parts:
+                starts = await loop.run_in_executor(None, group_starts, settings, topics.events, ev_parts)
+                for p in ev_parts:
+                    route.assign(p, starts[p])
+        starts = await loop.run_in_executor(None, group_starts, settings, topics.by_cohort, mine) if mine else {}
+        log.info("assigned %s%s %s%s; by-cohort starts %s", topics.events, ev_parts, topics.by_cohort, mine, starts)
         async with lock:
+            for p in sorted(suspended):
+                kept = suspended.pop(p)
+                if p in starts and starts[p] == kept:
+                    fold.assign(p, kept)  # back to this worker untouched: its state is current
+                    continue
+                referee.drop_partition(p)  # another worker moved it on (or has it): rebuild
+                position.pop(p, None)
             for p in mine:
-                if p not in position:
-                    await catch_up(p, committed.get(p, 0))
+                if p in fold.owned:
+                    continue
+                await catch_up(p, starts[p])
+                fold.assign(p, starts[p])
+
+    async def _stop_processing() -> None:
+        """A clean stop: commit what was processed while the partitions are still ours."""
+        async with route_lock, lock:
+            try:
+                await commit()
+            finally:
+                route.owned.clear()
+                fold.owned.clear()
+                clock.close()
+
+    app.on_before_shutdown.connect(lambda *a, **kw: _stop_processing())
+
+    @app.timer(interval=settings.commit_interval_s)
+    async def commit_positions() -> None:
+        async with route_lock, lock:
+            await commit()
 
     @app.agent(events_topic)
-    async def route(stream):
+    async def route_agent(stream):
         """Stage one: decode and validate each record, route it to its cohort."""
         async for batch in stream.take_events(settings.batch_max, settings.batch_within_s):
             try:
-                await _route_batch(batch)
-            except Exception as exc:  # never let Faust ack a batch whose outputs are not out
+                async with route_lock:
+                    await _route_batch(batch)
+            except Exception as exc:  # never let a batch whose outputs are not out count as done
                 _die("route", exc)
+
+    seek_pending: dict[int, tuple[int, float]] = {}  # events partition -> (position, since)
+
+    async def _gap(e, p: int, o: int) -> bool:
+        """Record ``o`` of ``p`` came beyond the position: True if the log really has nothing
+        in between (route it), False if records were not seen (seek back, skip it)."""
+        pos = route.position[p]
+        pending = seek_pending.get(p)
+        if pending is not None and pending[0] == pos:
+            if time.monotonic() - pending[1] > 60:
+                raise RuntimeError(f"{topics.events}[{p}]: offset {pos} never came back after a seek")
+            return False
+        loop = asyncio.get_running_loop()
+        first = await loop.run_in_executor(None, first_offset_from, settings, topics.events, p, pos)
+        if first == o:
+            return True
+        log.warning("%s[%d]: offset %d came while %d..%d were not seen: seeking back to %d",
+                    topics.events, p, o, pos, o - 1, pos)
+        metrics.SEEKS.inc()
+        seek_pending[p] = (pos, time.monotonic())
+        await app.consumer.seek(e.message.tp, pos)
+        return False
 
     async def _route_batch(batch) -> None:
         routed = Routed()
         now = now_ms()
+        done: dict[int, int] = {}
+        skip: set[int] = set()
         for e in batch:
+            m = e.message
+            p, o = m.partition, m.offset
+            verdict = route.classify(p, o)
+            if verdict is Verdict.STALE or verdict is Verdict.SEEN:
+                metrics.STALE.inc()
+                continue
+            if p in skip or (verdict is Verdict.GAP and not await _gap(e, p, o)):
+                skip.add(p)
+                continue
+            seek_pending.pop(p, None)
             # Faust's table (and its RocksDB store) put a key in the changelog partition of
             # the *current event*; take_events hands a batch over, so set it per record, as
             # Faust's own per-event iteration does.
             _current_event.set(weakref.ref(e))
-            m = e.message
-            router.route_one(RawRecord(m.topic, m.partition, m.offset, m.key, m.value, m.timestamp), routed, now)
+            router.route_one(RawRecord(m.topic, p, o, m.key, m.value, m.timestamp), routed, now)
+            done[p] = o
+            route.advance(p, o)  # (in memory only: committed once the outputs below are out)
         _current_event.set(None)
         for cohort, events in routed.batches.items():
             for i in range(0, len(events), 1000):
@@ -425,8 +546,6 @@ def create_app(settings: WorkerSettings) -> faust.App:
             outbox.dead_letter(dead)
         await outbox.flush()
         metrics.ROUTED.inc(routed.events)
-        for e in batch:
-            route_position[e.message.partition] = e.message.offset + 1
 
     @app.agent(by_cohort_topic)
     async def decide(stream):
@@ -434,22 +553,23 @@ def create_app(settings: WorkerSettings) -> faust.App:
         async for batch in stream.take_events(64, settings.batch_within_s):
             try:
                 await _decide_batch(batch)
-            except Exception as exc:  # never let Faust ack a batch whose outputs are not out
+            except Exception as exc:  # never let a batch whose outputs are not out count as done
                 _die("decide", exc)
 
     async def _decide_batch(batch) -> None:
         async with lock:
             out: list[Emission] = []
             # a batch taken before a rebalance may hold records of partitions this worker no
-            # longer owns: skip them, their new owner folds them (their commit is discarded)
+            # longer owns: skip them, their new owner folds them
             for e in batch:
                 p, o = e.message.partition, e.message.offset
-                if p not in owned:
+                verdict = fold.classify(p, o)
+                if verdict is Verdict.STALE:
                     metrics.STALE.inc()
                     continue
-                if p not in position or o > position[p]:
-                    await catch_up(p, o)
-                if o < position[p]:
+                if verdict is Verdict.GAP:
+                    await catch_up(p, o)  # fold what was not seen from the topic itself
+                elif verdict is Verdict.SEEN:
                     continue  # already folded by a replay
 
                 def reject(routed, reason, kind, _p=p, _o=o):
@@ -468,7 +588,7 @@ def create_app(settings: WorkerSettings) -> faust.App:
                 n, emissions = _fold_batch_value(codec, referee, e.message.value, p, o, record_ms(e.message),
                                                  True, reject)
                 out.extend(emissions)
-                position[p] = o + 1
+                fold.advance(p, o)
                 metrics.FOLDED.inc(n)
             if any(em.topic == "manifests" for em in out):
                 out.extend(referee.commitments(now_ms()))
@@ -479,19 +599,24 @@ def create_app(settings: WorkerSettings) -> faust.App:
 
     @app.timer(interval=1.0)
     async def housekeeping() -> None:
+        loop = asyncio.get_running_loop()
         async with lock:
             now = now_ms()
             out = referee.tick(now)
             # a grace period that ran out goes through the cohort's input, so that every replay
-            # applies it at the same point (at most one tick per cohort in flight a second)
-            ticked = app.traintrace.setdefault("ticked", {})
+            # applies it at the same point; it runs on the input watermark (streams.app.clock),
+            # not on the wall clock: a worker away or behind delays halts, it does not cause them
             sent_tick = False
-            for cohort in referee.due_ticks(now, settings.grace_ms):
-                if now - ticked.get(cohort, 0) >= 1000:
-                    ticked[cohort] = now
-                    outbox.send(topics.by_cohort, cohort.encode(), codec.encode_record("EventBatch", {
-                        "cohort_id": cohort, "events": [], "tick_ms": now, "grace_ms": settings.grace_ms}))
-                    sent_tick = True
+            if referee.due_ticks(now, settings.grace_ms):
+                mark = await loop.run_in_executor(None, clock.watermark, now)
+                metrics.WATERMARK_LAG.set(max(0, now - mark) / 1000)
+                ticked = app.traintrace.setdefault("ticked", {})
+                for cohort in referee.due_ticks(mark, settings.grace_ms):
+                    if fold_partition_owned(cohort) and mark - ticked.get(cohort, 0) >= 1000:
+                        ticked[cohort] = mark
+                        outbox.send(topics.by_cohort, cohort.encode(), codec.encode_record("EventBatch", {
+                            "cohort_id": cohort, "events": [], "tick_ms": mark, "grace_ms": settings.grace_ms}))
+                        sent_tick = True
             last = app.traintrace.get("last_commitment", 0)
             if now - last >= settings.commitment_interval_s * 1000:
                 out.extend(referee.commitments(now))
@@ -502,15 +627,18 @@ def create_app(settings: WorkerSettings) -> faust.App:
                 await outbox.flush()
             metrics.observe_referee(referee)
 
+    def fold_partition_owned(cohort: str) -> bool:
+        return referee.partition_of.get(cohort) in fold.owned
+
     @app.timer(interval=2.0)
     async def lag_metrics() -> None:
         try:
             for tp in app.consumer.assignment():
                 hw = app.consumer.highwater(tp)
-                if tp.topic == topics.events:
-                    metrics.LAG.labels(tp.topic, str(tp.partition)).set(max(0, (hw or 0) - route_position.get(tp.partition, 0)))
-                elif tp.topic == topics.by_cohort:
-                    metrics.LAG.labels(tp.topic, str(tp.partition)).set(max(0, (hw or 0) - position.get(tp.partition, 0)))
+                for inp in (route, fold):
+                    if tp.topic == inp.topic and tp.partition in inp.owned:
+                        metrics.LAG.labels(tp.topic, str(tp.partition)).set(
+                            max(0, (hw or 0) - inp.position.get(tp.partition, 0)))
         except Exception:  # pragma: no cover - metrics only
             pass
 

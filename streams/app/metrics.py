@@ -13,8 +13,15 @@ FOLDED = Counter("traintrace_events_folded_total", "Routed events folded by the 
 REPLAYED = Counter("traintrace_events_replayed_total", "Events folded again to rebuild state after an assignment",
                    registry=REGISTRY)
 STALE = Counter("traintrace_stale_records_skipped_total",
-                "Records of a partition revoked while they waited in a batch (their new owner folds them)",
-                registry=REGISTRY)
+                "Records skipped as not this worker's (revoked while they waited in a batch) or already "
+                "processed (re-fetched after a rebalance)", registry=REGISTRY)
+COMMITS = Counter("traintrace_offset_commits_total", "Offset commits of the processed input positions",
+                  registry=REGISTRY)
+SEEKS = Counter("traintrace_input_seeks_total",
+                "Seeks back to the routed position after records came beyond it unseen", registry=REGISTRY)
+WATERMARK_LAG = Gauge("traintrace_input_watermark_lag_seconds",
+                      "Wall clock minus the input watermark the grace periods run on (last computed)",
+                      registry=REGISTRY)
 DLQ = Counter("traintrace_dead_letters_total", "Records sent to the dead-letter topic", ["error_kind"],
               registry=REGISTRY)
 EMITTED = Counter("traintrace_records_emitted_total", "Records published, by record type", ["record"],

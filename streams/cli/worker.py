@@ -39,6 +39,10 @@ from streams.cli.common import bootstrap_option, err_console, fail, resolve_boot
               default=10.0, show_default=True, help="Seconds between LineageCommitments of a changed cohort.")
 @click.option("--commit-interval", type=click.FloatRange(min=0.05), envvar="TRAINTRACE_COMMIT_INTERVAL",
               default=1.0, show_default=True, help="Seconds between offset commits.")
+@click.option("--session-timeout", type=click.FloatRange(min=1.0), envvar="TRAINTRACE_SESSION_TIMEOUT",
+              default=10.0, show_default=True,
+              help="Kafka group session timeout in seconds: how long a dead worker's partitions wait before "
+                   "another worker takes them over.")
 @click.option("--loglevel", type=click.Choice(["crit", "error", "warn", "info", "debug"]),
               envvar="TRAINTRACE_LOGLEVEL", default="info", show_default=True)
 @click.option("--signing-key", type=click.Path(dir_okay=False, path_type=Path), envvar="TRAINTRACE_SIGNING_KEY",
@@ -47,7 +51,7 @@ from streams.cli.common import bootstrap_option, err_console, fail, resolve_boot
                    "unsigned without it. [env TRAINTRACE_SIGNING_KEY]")
 @core_options
 def worker(bootstrap, topic_prefix, app_id, partitions, data_dir, store, web_port, web_host, grace_seconds, ack_timeout,
-           commitment_interval, commit_interval, loglevel, signing_key, window, spike_factor, taint_margin) -> None:
+           commitment_interval, commit_interval, session_timeout, loglevel, signing_key, window, spike_factor, taint_margin) -> None:
     """Run a processor worker: route lineage.events by cohort, fold each cohort through the
     lineage core, publish commands, manifests, alerts and commitments.
 
@@ -87,7 +91,8 @@ def worker(bootstrap, topic_prefix, app_id, partitions, data_dir, store, web_por
         store=f"{store}://", web_port=web_port, web_host=web_host,
         core=Config(window=window, spike_factor=spike_factor, taint_margin=taint_margin),
         grace_ms=int(grace_seconds * 1000), ack_timeout_ms=int(ack_timeout * 1000),
-        commitment_interval_s=commitment_interval, commit_interval_s=commit_interval, loglevel=loglevel,
+        commitment_interval_s=commitment_interval, commit_interval_s=commit_interval,
+        session_timeout_s=session_timeout, loglevel=loglevel,
         signing_key=signing_key,
     )
     settings.data_dir.mkdir(parents=True, exist_ok=True)

@@ -343,6 +343,7 @@ class Auditor:
             return
         routed: set[tuple[int, int]] = set()
         last_of_job: dict[str, int] = {}
+        folded_seqs: dict[str, set[int]] = {}
         recs = self.log.topic("input")
         for i, rec in enumerate(recs):
             if i % 200 == 0:
@@ -382,10 +383,14 @@ class Auditor:
                 if origin not in routed:  # (a redelivered batch is folded again: the fold drops it)
                     routed.add(origin)
                     last = last_of_job.get(ev.job_id)
-                    if last is not None and ev.seq < last:
+                    seqs = folded_seqs.setdefault(ev.job_id, set())
+                    # a seq already folded (an identical redelivery, which the fold drops, or a
+                    # conflicting duplicate, which it dead-letters) is no reordering
+                    if last is not None and ev.seq < last and ev.seq not in seqs:
                         chk.fail(Finding(f"folded out of order: seq {ev.seq} after seq {last} "
                                          f"(via {_where(rec)})", job_id=ev.job_id, seq=ev.seq,
                                          where=f"events[{origin[0]}]@{origin[1]}"))
+                    seqs.add(ev.seq)
                     last_of_job[ev.job_id] = max(ev.seq, last if last is not None else -1)
                 self.items.append(_Item(cohort, ev, rec.timestamp, rec.partition, rec))
         self._tick("input", len(recs), len(recs))

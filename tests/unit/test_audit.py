@@ -251,3 +251,17 @@ def test_a_command_published_after_its_successor_fails(tmp_path):
     log.add(LogRecord("control", 0, 10_000, moved.timestamp, moved.key, moved.value))
     f = failures(log)
     assert [(x.field, x.where) for x in f["commands"]] == [("order", "control[0]@10000")]
+
+
+def test_identical_redeliveries_after_later_seqs_audit_clean(tmp_path):
+    """A job client resending its journal after a kill writes copies of events it had already
+    sent, after later seqs: the fold drops them (SPEC §8) and the audit passes (issue 10)."""
+    lines = [json.loads(x) for x in (Path(SCENARIOS) / "01_seed_example.jsonl").read_text().splitlines() if x.strip()]
+    chained = list(chain_events(lines))
+    a_events = [d for d in chained if d["job_id"] == "A"]
+    cut = chained.index(a_events[8])
+    resent = [d for d in a_events[3:8]]  # A's seqs 3..7 again, after its seq 8
+    src = tmp_path / "redelivered.jsonl"
+    src.write_text("".join(json.dumps(d) + "\n" for d in chained[:cut + 1] + resent + chained[cut + 1:]))
+    report = audit(simulate_pipeline(str(src)))
+    assert report.passed, [f.line() for c in report.checks for f in c.failures]

@@ -1,0 +1,204 @@
+"""What must hold after the live pipeline has processed a log, whatever happened to the workers.
+
+Checked record by record against the topics (not by totals), so a test names the event that
+went wrong. Used by the churn, outage and kill tests (and the fault suite):
+
+- :func:`routing_report` / :func:`assert_routed_once_in_order`: every valid record of
+  ``lineage.events`` reaches ``lineage.by-cohort`` (its first copy in the job's own order),
+  nothing else does, and re-routed copies are byte-identical;
+- :func:`assert_live_equals_offline`: the effective plans, the quarantines and the latest
+  manifests published equal the offline fold (``analyze``) of the same events;
+- :func:`assert_commands_consistent`: no command id twice with different content;
+- :func:`dlq_origins`: what the dead-letter topic holds, by original position.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from streams.adapters.kafka import TopicNames
+from streams.adapters.reader import read_to_end
+from streams.codec import Codec, DecodeError
+from streams.core.errors import InvalidEvent
+from streams.core.events import parse_event
+from streams.service.operators import effective_plans
+
+CODEC = Codec()
+PLAN_FIELDS = ("job_id", "incarnation", "action", "target_checkpoint_id", "target_step", "incident_ids",
+               "command_id")
+
+
+@dataclass
+class RoutingReport:
+    """How ``lineage.events`` was routed into ``lineage.by-cohort``."""
+
+    valid: int = 0
+    invalid: list[tuple[int, int]] = field(default_factory=list)
+    routed: int = 0  # routed entries, copies included
+    duplicates: int = 0  # routed entries beyond the first of their origin
+    missing: list[tuple[int, int, str, int]] = field(default_factory=list)  # (p, o, job, seq)
+    unknown: list[tuple[int, int]] = field(default_factory=list)  # routed, not a valid events record
+    reordered: list[str] = field(default_factory=list)  # job: first copies out of the log's order
+    changed: list[tuple[int, int]] = field(default_factory=list)  # routed bytes differ from the log
+    ticks: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.unknown or self.reordered or self.changed)
+
+    def describe(self) -> str:
+        return (f"{self.valid} valid events, {len(self.invalid)} invalid, {self.routed} routed "
+                f"({self.duplicates} re-routed copies), missing {self.missing[:8]} "
+                f"({len(self.missing)}), not on the log {self.unknown[:5]}, out of order {self.reordered[:8]} "
+                f"({len(self.reordered)}), changed {self.changed[:5]}")
+
+
+def _events_log(bootstrap: str, topics: TopicNames) -> tuple[dict[tuple[int, int], tuple[bytes, str, int]], list[tuple[int, int]]]:
+    valid: dict[tuple[int, int], tuple[bytes, str, int]] = {}
+    invalid: list[tuple[int, int]] = []
+    for m in read_to_end(bootstrap, topics.events):
+        try:
+            ev = parse_event(CODEC.decode_event(m.value))
+        except (DecodeError, InvalidEvent):
+            invalid.append((m.partition, m.offset))
+            continue
+        if m.key is not None and m.key != ev.job_id.encode():
+            invalid.append((m.partition, m.offset))
+            continue
+        valid[(m.partition, m.offset)] = (m.value, ev.job_id, ev.seq)
+    return valid, invalid
+
+
+def routing_report(bootstrap: str, topics: TopicNames) -> RoutingReport:
+    valid, invalid = _events_log(bootstrap, topics)
+    rep = RoutingReport(valid=len(valid), invalid=invalid)
+    first: dict[tuple[int, int], int] = {}  # origin -> position of its first routed copy
+    seen_order: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    # a job lives in one cohort, so in one by-cohort partition: read each partition in order
+    for n, m in enumerate(read_to_end(bootstrap, topics.by_cohort)):
+        _name, batch = CODEC.decode_record(m.value)
+        if batch.get("tick_ms") is not None:
+            rep.ticks += 1
+            continue
+        for r in batch["events"]:
+            rep.routed += 1
+            origin = (r["partition"], r["offset"])
+            have = valid.get(origin)
+            if have is None:
+                rep.unknown.append(origin)
+                continue
+            if have[0] != r["value"]:
+                rep.changed.append(origin)
+            if origin in first:
+                rep.duplicates += 1
+                continue
+            first[origin] = n
+            seen_order[have[1]].append(origin)
+    by_job: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for origin in sorted(valid):
+        _v, job, seq = valid[origin]
+        by_job[job].append(origin)
+        if origin not in first:
+            rep.missing.append((*origin, job, seq))
+    for job, origins in by_job.items():
+        got = seen_order.get(job, [])
+        want = [o for o in origins if o in first]
+        if got != want:
+            i = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+            rep.reordered.append(f"{job}: routed {got[i:i + 3]} where the log has {want[i:i + 3]}")
+    return rep
+
+
+def assert_routed_once_in_order(bootstrap: str, topics: TopicNames, allow_copies: bool = True) -> RoutingReport:
+    """Every valid event routed, first copies in each job's order, copies identical; with
+    ``allow_copies`` False (no worker was killed) not even a re-routed copy."""
+    rep = routing_report(bootstrap, topics)
+    assert rep.ok, rep.describe()
+    if not allow_copies:
+        assert rep.duplicates == 0, rep.describe()
+    return rep
+
+
+def latest_manifests(bootstrap: str, topics: TopicNames) -> dict[str, dict]:
+    latest: dict[str, dict] = {}
+    for msg in read_to_end(bootstrap, topics.manifests):
+        _name, rec = CODEC.decode_record(msg.value)
+        if rec["incident_id"] not in latest or rec["version"] >= latest[rec["incident_id"]]["version"]:
+            latest[rec["incident_id"]] = rec
+    return latest
+
+
+def control_records(bootstrap: str, topics: TopicNames) -> list[tuple[str, dict[str, Any], bytes]]:
+    return [(*CODEC.decode_record(m.value), m.value) for m in read_to_end(bootstrap, topics.control)]
+
+
+def assert_commands_consistent(bootstrap: str, topics: TopicNames, allow_copies: bool = True) -> int:
+    """No command id on ``lineage.control`` with two different contents; returns how many
+    identical re-published copies there are (0 required unless ``allow_copies``)."""
+    seen: dict[str, bytes] = {}
+    copies = 0
+    differ = []
+    for _name, rec, raw in control_records(bootstrap, topics):
+        cid = rec["command_id"]
+        if cid in seen:
+            copies += 1
+            if seen[cid] != raw:
+                differ.append(cid)
+        else:
+            seen[cid] = raw
+    assert not differ, f"command ids published twice with different content: {differ[:5]}"
+    if not allow_copies:
+        assert copies == 0, f"{copies} command(s) published twice"
+    return copies
+
+
+def dlq_origins(bootstrap: str, topics: TopicNames) -> dict[tuple[str, int, int], str]:
+    out = {}
+    for m in read_to_end(bootstrap, topics.dlq):
+        _n, d = CODEC.decode_record(m.value)
+        out[(d["original_topic"], d["original_partition"], d["original_offset"])] = d["error_kind"]
+    return out
+
+
+def assert_live_equals_offline(bootstrap: str, topics: TopicNames, offline: dict, halts: bool = True) -> None:
+    """The effective plans (and halts) on ``lineage.control`` and the latest manifests equal the
+    offline fold ``offline`` (the JSON of ``analyze``)."""
+    live = effective_plans(bootstrap, topics, CODEC)
+    live_jobs = {p["job_id"]: p["command_id"] for p in live["plans"]}
+    want_jobs = {p["job_id"]: p["command_id"] for p in offline["plans"]}
+    diff = {j: (live_jobs.get(j), want_jobs.get(j)) for j in live_jobs.keys() | want_jobs.keys()
+            if live_jobs.get(j) != want_jobs.get(j)}
+    if diff:
+        first = sorted(diff)[0]
+        trail = [(n, r.get("incarnation"), r.get("action"), r["command_id"][:8], (r.get("supersedes") or "")[:8])
+                 for n, r, _raw in control_records(bootstrap, topics) if r["job_id"] == first]
+        raise AssertionError(f"plans differ for {len(diff)} job(s): {sorted(diff)[:10]}; "
+                             f"control records of {first}: {trail}; live halts {live['halts'][:5]}; "
+                             f"routing: {routing_report(bootstrap, topics).describe()}")
+    assert [{k: p[k] for k in PLAN_FIELDS} for p in live["plans"]] == [
+        {k: p[k] for k in PLAN_FIELDS} for p in offline["plans"]]
+    quarantined = {p["job_id"]: p.get("quarantined_checkpoint_ids") for p in offline["plans"]
+                   if p["action"] == "QUARANTINE"}
+    assert {p["job_id"]: p.get("quarantined_checkpoint_ids") for p in live["plans"]
+            if p["action"] == "QUARANTINE"} == quarantined
+    if halts:
+        got = sorted((h["job_id"], h["reason"]) for h in live["halts"])
+        want = sorted((h["job_id"], h["reason"]) for h in offline["halts"])
+        assert got == want, (f"halts differ: live only {sorted(set(got) - set(want))[:10]}, "
+                             f"offline only {sorted(set(want) - set(got))[:10]}")
+    manifests = latest_manifests(bootstrap, topics)
+    for inc in offline["incidents"]:
+        m = manifests.get(inc["incident_id"])
+        assert m is not None, f"no manifest for {inc['incident_id']}"
+        assert m["root"] == inc["root"] and m["verdict"] == inc["verdict"]
+        assert [(c["job_id"], c["incarnation"], c["via_checkpoint_id"]) for c in m["contaminated"]] == [
+            (c["job_id"], c["incarnation"], c["via_checkpoint_id"]) for c in inc["contaminated"]]
+        assert m["secondary_divergences"] == inc["secondary_divergences"]
+        assert sorted(p["command_id"] for p in m["plans"]) == sorted(
+            p["command_id"] for p in offline["plans"] if inc["incident_id"] in p["incident_ids"])
+    open_ids = {i["incident_id"] for i in offline["incidents"]}
+    for x, m in manifests.items():
+        if x not in open_ids:  # closed: re-attributed or superseded, and says so
+            assert m["attributed_to"] and not m["plans"], m

@@ -1,0 +1,274 @@
+"""The pipeline run as an operator runs it: workers join, leave and die while events flow.
+
+Issue 10's tests. After each run, record by record (``streams.testing.invariants``):
+every valid event of ``lineage.events`` is routed into ``lineage.by-cohort`` (its first copy
+in its job's order), the DLQ holds exactly the poison, the live plans, halts and manifests
+equal ``analyze`` of the same events, no command id has two contents, ``audit`` passes and the
+group's committed offsets reach the end of both inputs.
+
+- churn: two workers start together, a third joins, one leaves cleanly (SIGTERM), a fourth
+  joins, one is killed (kill -9), workers come back — six partitions, events and poison
+  streaming all along;
+- a long outage: a worker dead for several grace periods while the jobs keep producing
+  (the survivor does not take over for 20 s): no halt the offline fold lacks;
+- redelivery: a job's journal resent after a kill (identical copies) audits clean.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from streams.adapters.kafka import TopicNames, ensure_topics, producer_config, standard_topics
+from streams.codec import Codec
+from streams.service.analyze import analyze_file
+from streams.testing.cohort import generate_cohorts
+from streams.testing.invariants import (
+    assert_commands_consistent,
+    assert_live_equals_offline,
+    assert_routed_once_in_order,
+    dlq_origins,
+)
+from streams.testing.pipeline import WorkerProcess, wait_quiescent
+
+CODEC = Codec()
+GRACE_S = 4
+
+
+def interleave_cohorts(events: list[dict], seed: int, chunk: int = 7) -> list[dict]:
+    """The cohorts' events interleaved in random chunks (each job's own order kept), as
+    concurrent cohorts produce them."""
+    rng = random.Random(seed)
+    cohort_of: dict[str, str] = {}
+    queues: dict[str, list[dict]] = {}
+    for d in events:
+        if d["type"] == "JobStarted":
+            cohort_of[d["job_id"]] = d["cohort_id"]
+        queues.setdefault(cohort_of[d["job_id"]], []).append(d)
+    pos = {c: 0 for c in queues}
+    out: list[dict] = []
+    live = sorted(queues)
+    while live:
+        c = rng.choice(live)
+        n = rng.randint(1, chunk)
+        out.extend(queues[c][pos[c]:pos[c] + n])
+        pos[c] += n
+        if pos[c] >= len(queues[c]):
+            live.remove(c)
+    return out
+
+
+POISON = [b"\xc3\x01" + b"\xff" * 8 + b"body", b"not avro at all", b"", b"\x00\x00"]
+
+
+class Feeder(threading.Thread):
+    """Produces ``events`` to ``lineage.events`` over about ``seconds`` seconds, with a poison
+    record every ``poison_every`` events; ``extra`` events (e.g. resent copies) can be
+    queued while it runs."""
+
+    def __init__(self, bootstrap: str, topic: str, events: list[dict], seconds: float,
+                 poison_every: int = 997) -> None:
+        super().__init__(daemon=True)
+        self.producer = Producer(producer_config(bootstrap, **{"linger.ms": 5}))
+        self.topic = topic
+        self.events = events
+        self.seconds = seconds
+        self.poison_every = poison_every
+        self.poison = 0
+        self.errors: list[str] = []
+
+    def _cb(self, err, _msg) -> None:
+        if err is not None:
+            self.errors.append(str(err))
+
+    def run(self) -> None:
+        t0 = time.monotonic()
+        per = self.seconds / max(1, len(self.events))
+        for i, d in enumerate(self.events):
+            self.producer.produce(self.topic, key=d["job_id"].encode(), value=CODEC.encode_event(d),
+                                  on_delivery=self._cb)
+            if i and i % self.poison_every == 0:
+                self.producer.produce(self.topic, key=b"poison", value=POISON[self.poison % len(POISON)],
+                                      on_delivery=self._cb)
+                self.poison += 1
+            self.producer.poll(0)
+            ahead = t0 + i * per - time.monotonic()
+            if ahead > 0.005:
+                time.sleep(ahead)
+        self.producer.flush(60)
+
+
+@pytest.fixture
+def cluster(kafka_bootstrap, tmp_path):
+    """``make(partitions, extra_args) -> (topics, app_id, new_worker)``: fresh topics and group;
+    ``new_worker(i)`` makes (does not start) worker ``i`` with its own data dir and port."""
+    made: list[WorkerProcess] = []
+
+    def make(partitions: int = 6, extra_args=()):
+        prefix = f"ch{uuid.uuid4().hex[:8]}."
+        topics = TopicNames.from_env(prefix)
+        ensure_topics(kafka_bootstrap, standard_topics(topics, partitions))
+        app_id = f"tt-{prefix.rstrip('.')}"
+
+        def new_worker(i: int) -> WorkerProcess:
+            w = WorkerProcess(kafka_bootstrap, prefix, app_id, tmp_path / f"worker{i}", partitions,
+                              extra_args=["--commit-interval", "0.2", "--grace-seconds", str(GRACE_S),
+                                          "--loglevel", "info", *extra_args])
+            made.append(w)
+            return w
+
+        return topics, app_id, new_worker
+
+    yield make
+    for w in made:
+        w.kill()
+
+
+def write_log(path: Path, events: list[dict]) -> Path:
+    with path.open("w") as fh:
+        for d in events:
+            fh.write(json.dumps(d) + "\n")
+    return path
+
+
+def check_everything(bootstrap: str, topics: TopicNames, app_id: str, log: Path, poison: int,
+                     allow_copies: bool, extra_dead: int = 0) -> dict:
+    """The invariants of issue 10, after the pipeline settles."""
+    wait_quiescent(bootstrap, app_id, topics, timeout=180)
+    time.sleep(GRACE_S + 1)  # a grace period may still be running: let its tick through
+    wait_quiescent(bootstrap, app_id, topics, timeout=60)
+    routing = assert_routed_once_in_order(bootstrap, topics, allow_copies=allow_copies)
+    assert len(routing.invalid) == poison
+    dead = dlq_origins(bootstrap, topics)
+    assert {(p, o) for (_t, p, o) in dead} == set(routing.invalid), (
+        f"the DLQ is not exactly the poison: {sorted(dead.items())[:8]} vs {routing.invalid[:8]}")
+    offline = analyze_file(str(log)).result
+    assert_live_equals_offline(bootstrap, topics, offline)
+    copies = assert_commands_consistent(bootstrap, topics)
+    from streams.service.audit import audit
+    from streams.service.auditlog import load_topics
+
+    report = audit(load_topics(bootstrap, topics))
+    assert report.passed, [f.line() for c in report.checks for f in c.failures][:10]
+    return {"routing": routing, "command_copies": copies, "offline": offline}
+
+
+def test_churn_workers_join_leave_and_die_while_events_flow(cluster, kafka_bootstrap, tmp_path):
+    topics, app_id, new_worker = cluster(partitions=6)
+    events = interleave_cohorts(list(generate_cohorts(
+        jobs=300, cohort_size=10, steps=300, seed=10, divergence_rate=0.1, exploit_every=40,
+        exploit_prob=0.6, alias_prob=0.05)), seed=10)
+    log = write_log(tmp_path / "events.jsonl", events)
+    w = [new_worker(i) for i in range(4)]
+    feeder = Feeder(kafka_bootstrap, topics.events, events, seconds=40)
+    # two workers come up together while the first events arrive
+    w[0].start()
+    w[1].start()
+    feeder.start()
+    w[0].wait_ready()
+    w[1].wait_ready()
+    time.sleep(4)
+    w[2].start().wait_ready()  # a third joins
+    time.sleep(4)
+    w[1].stop()  # a clean leave (SIGTERM): a deploy restarting workers one by one
+    time.sleep(3)
+    w[3].start().wait_ready()  # a fourth joins
+    time.sleep(4)
+    w[0].kill()  # kill -9
+    time.sleep(2)
+    w[1].start().wait_ready()  # back after its deploy
+    time.sleep(3)
+    w[2].stop()
+    time.sleep(2)
+    w[0].start().wait_ready()  # the killed one restarts
+    feeder.join()
+    assert not feeder.errors, feeder.errors[:3]
+    for x in (w[0], w[1], w[3]):
+        assert x.alive(), x.log_tail()
+    check_everything(kafka_bootstrap, topics, app_id, log, feeder.poison, allow_copies=True)
+
+
+def test_clean_rebalances_route_every_event_exactly_once(cluster, kafka_bootstrap, tmp_path):
+    """Workers joining and leaving cleanly (no kill): not even a re-routed copy."""
+    topics, app_id, new_worker = cluster(partitions=4)
+    events = interleave_cohorts(list(generate_cohorts(
+        jobs=160, cohort_size=8, steps=300, seed=11, divergence_rate=0.1, exploit_every=40,
+        exploit_prob=0.6, alias_prob=0.05)), seed=11)
+    log = write_log(tmp_path / "events.jsonl", events)
+    w = [new_worker(i) for i in range(3)]
+    feeder = Feeder(kafka_bootstrap, topics.events, events, seconds=25)
+    w[0].start()
+    feeder.start()
+    w[0].wait_ready()
+    time.sleep(3)
+    w[1].start().wait_ready()
+    time.sleep(3)
+    w[2].start().wait_ready()
+    time.sleep(3)
+    w[0].stop()
+    time.sleep(3)
+    w[1].stop()
+    time.sleep(2)
+    w[0].start().wait_ready()
+    feeder.join()
+    check_everything(kafka_bootstrap, topics, app_id, log, feeder.poison, allow_copies=False)
+
+
+def test_a_long_processor_outage_halts_no_healthy_job(cluster, kafka_bootstrap, tmp_path):
+    """A worker dead for several grace periods while the jobs keep producing: the survivor
+    only takes its partitions over after 20 s (the session timeout), meanwhile consumptions of
+    checkpoints whose writes sit on the dead worker's partitions reach the survivor's cohorts.
+    The processor's own outage is not a job's missing record: no halt the offline fold lacks."""
+    topics, app_id, new_worker = cluster(partitions=4, extra_args=["--session-timeout", "20"])
+    events = interleave_cohorts(list(generate_cohorts(
+        jobs=120, cohort_size=12, steps=400, seed=12, divergence_rate=0.05, exploit_every=20,
+        exploit_prob=0.8, alias_prob=0.0)), seed=12, chunk=3)
+    log = write_log(tmp_path / "events.jsonl", events)
+    w = [new_worker(i) for i in range(2)]
+    w[0].start()
+    w[1].start()
+    w[0].wait_ready()
+    w[1].wait_ready()
+    feeder = Feeder(kafka_bootstrap, topics.events, events, seconds=30)
+    feeder.start()
+    time.sleep(6)
+    w[1].kill()  # dead for 20 s before the survivor takes over: five grace periods
+    time.sleep(24)
+    w[1].start().wait_ready()
+    feeder.join()
+    out = check_everything(kafka_bootstrap, topics, app_id, log, feeder.poison, allow_copies=True)
+    assert not [h for h in out["offline"]["halts"] if h["reason"] == "UNTRACEABLE_SOURCE"]
+
+
+def test_identical_redeliveries_of_a_journal_audit_clean(cluster, kafka_bootstrap, tmp_path):
+    """A job client resending its journal after a kill writes identical copies of events the
+    log already holds, after later ones of other jobs and, for the job itself, after seqs it
+    had already sent: dropped by the fold (SPEC §8), fine for the audit."""
+    topics, app_id, new_worker = cluster(partitions=2)
+    events = interleave_cohorts(list(generate_cohorts(
+        jobs=20, cohort_size=5, steps=200, seed=13, divergence_rate=0.2, exploit_every=40,
+        exploit_prob=0.6)), seed=13)
+    # a job's last 6 events resent (its journal replayed after the process was killed
+    # before it knew they were delivered), interleaved with what the others send next
+    resend_at = len(events) // 2
+    jobs = sorted({d["job_id"] for d in events[:resend_at]})[:4]
+    feed = list(events[:resend_at])
+    for job in jobs:
+        mine = [d for d in events[:resend_at] if d["job_id"] == job]
+        feed.extend(mine[-6:])
+    feed.extend(events[resend_at:])
+    log = write_log(tmp_path / "events.jsonl", feed)
+    w = new_worker(0).start()
+    w.wait_ready()
+    feeder = Feeder(kafka_bootstrap, topics.events, feed, seconds=5, poison_every=10**9)
+    feeder.start()
+    feeder.join()
+    out = check_everything(kafka_bootstrap, topics, app_id, log, 0, allow_copies=False)
+    assert out["routing"].valid == len(feed)
