@@ -15,7 +15,9 @@
     client.consumed(source_checkpoint_id, step, mode, load=None, expected_hash=None) -> hash | None
     client.diverged(onset_step, detector, reason)
     client.finished(status="SUCCEEDED", final_checkpoint_id=None)
-    client.rolled_back(restored_checkpoint_id, resumed_step, command_id=None)   # manual
+    client.rolled_back(restored_checkpoint_id, resumed_step, command_id=None, *, from_scratch=False)  # manual
+    # on_rollback(cmd) restores what cmd says; it may return Restored(checkpoint_id, step, from_scratch)
+    # when it restored something else. RESTART_FROM_SCRATCH is acknowledged with from_scratch=True.
     client.poll(timeout=0.0) -> list[ControlCommand]   # callbacks run in the calling thread
     client.wait_while_halted(timeout=None) -> bool
     client.pending() -> int; client.flush(timeout=30.0) -> int; client.close(timeout=30.0) -> int
@@ -28,7 +30,7 @@ apply, the fetcher), :mod:`.gate` (the worker's checkpoint status), :mod:`.hashi
 content hashes of files and directories).
 """
 
-from streams.client.control import ControlCommand, JobView, command_from_record, decide
+from streams.client.control import ControlCommand, JobView, Restored, command_from_record, decide
 from streams.client.errors import ClientError, GateRefused
 from streams.client.gate import checkpoint_status
 from streams.client.hashing import hash_directory, hash_file, hash_path
@@ -43,6 +45,7 @@ __all__ = [
     "JobClient",
     "JobView",
     "QUARANTINE_FILE",
+    "Restored",
     "WAL_FILE",
     "checkpoint_status",
     "command_from_record",

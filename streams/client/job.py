@@ -40,7 +40,11 @@ What it guarantees:
   ``on_rollback(cmd)`` (it must return only once the job's state is restored to
   ``cmd.target_checkpoint_id`` — ``None`` for ``RESTART_FROM_BASE`` to the base or
   ``RESTART_FROM_SCRATCH`` from ``base_model`` — at ``cmd.target_step``), then the client emits
-  ``RolledBack``, which opens the next incarnation; without ``on_rollback`` the command is
+  ``RolledBack``, which opens the next incarnation: for a ``RESTART_FROM_SCRATCH`` with
+  ``from_scratch`` true (SPEC §4: the job consumed nothing, not even its base checkpoint), else
+  restoring the command's target. A callback that restored something else says so by returning
+  a :class:`~streams.client.control.Restored` (checkpoint, step, ``from_scratch``); any other
+  return value (None) means it did what the command asked. Without ``on_rollback`` the command is
   returned with outcome ``"unhandled"`` and the job calls :meth:`rolled_back` itself. A
   ``HaltCommand`` calls ``on_halt`` and sets :attr:`halted`; :meth:`wait_while_halted` blocks
   until a release (``traintrace release JOB``), which calls ``on_release``. A
@@ -79,6 +83,7 @@ from streams.client.control import (
     ControlFetcher,
     Fetched,
     JobView,
+    Restored,
     decide,
 )
 from streams.client.delivery import Delivery
@@ -353,15 +358,21 @@ class JobClient:
         return self._emit("JobFinished", {"status": status, "final_checkpoint_id": final_checkpoint_id})
 
     def rolled_back(self, restored_checkpoint_id: str | None, resumed_step: int,
-                    command_id: str | None = None) -> Event:
+                    command_id: str | None = None, *, from_scratch: bool = False) -> Event:
         """Emit ``RolledBack`` (opens the next incarnation). :meth:`poll` does this after
         ``on_rollback``; call it yourself for a command returned ``"unhandled"`` or a manual
-        rollback (``command_id`` None). A ``command_id`` already applied raises ClientError."""
+        rollback (``command_id`` None). ``from_scratch``: the job restarted from its pretrained
+        ``base_model`` alone, as a ``RESTART_FROM_SCRATCH`` asks (``restored_checkpoint_id``
+        must then be None); a plain None restore goes back to the base, re-consuming the base
+        checkpoint. A ``command_id`` already applied raises ClientError."""
+        if not isinstance(from_scratch, bool):
+            raise ClientError(f"from_scratch must be a bool, got {from_scratch!r}")
         with self._lock:
             if command_id is not None and command_id in self._journal.state.applied_commands:
                 raise ClientError(f"command {command_id} was already applied")
             return self._emit("RolledBack", {"restored_checkpoint_id": restored_checkpoint_id,
-                                             "resumed_step": resumed_step, "command_id": command_id},
+                                             "resumed_step": resumed_step, "command_id": command_id,
+                                             "from_scratch": from_scratch},
                               incarnation=self._journal.state.incarnation + 1)
 
     def _emit(self, etype: str, fields: dict[str, Any], incarnation: int | None = None) -> Event:
@@ -502,8 +513,10 @@ class JobClient:
                 return replace(c, outcome="unhandled")
             log.warning("traintrace client %s: %s to %s (step %s) by command %s", self.job_id, c.action,
                         c.target_checkpoint_id, c.target_step, c.command_id[:12])
-            self.on_rollback(c)
-            self.rolled_back(c.target_checkpoint_id, c.target_step or 0, c.command_id)
+            done = self.on_rollback(c)
+            # the callback may say how it restored; otherwise it did what the command asked
+            r = done if isinstance(done, Restored) else Restored.of(c)
+            self.rolled_back(r.checkpoint_id, r.step, c.command_id, from_scratch=r.from_scratch)
         elif c.outcome == QUARANTINE:
             (self.on_quarantine or self._default_quarantine)(c)
             self._record_applied(c)

@@ -35,7 +35,8 @@ def example_events() -> list[dict[str, Any]]:
         {**base, "seq": 5, "ts": 1760000005000, "type": "DivergenceReported", "onset_step": 20,
          "detector": "loss-nan", "reason": "loss is NaN"},
         {"job_id": "job-a", "incarnation": 1, "seq": 6, "ts": 1760000006000, "type": "RolledBack",
-         "restored_checkpoint_id": None, "resumed_step": 0, "command_id": _h("cmd", 1)},
+         "restored_checkpoint_id": None, "resumed_step": 0, "command_id": _h("cmd", 1),
+         "from_scratch": True},
         {"job_id": "job-a", "incarnation": 1, "seq": 7, "ts": 1760000007000, "type": "JobFinished",
          "status": "CANCELLED", "final_checkpoint_id": None},
     ]

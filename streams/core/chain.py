@@ -6,6 +6,14 @@ in the order of SPEC §4), each written as UTF-8 text followed by one 0x00 byte 
 decimal, null as the empty string, doubles as Python's shortest round-trip ``repr`` (``nan``,
 ``inf``, ``-inf`` for non-finite values). ``hash`` itself is excluded.
 
+Fields added to SPEC §4 after the chain was first defined are written only when they differ
+from their default, after the other fields, so the canonical bytes — and so the hashes — of every
+event that does not use them stay what they always were and chains written before the field
+existed still verify. One such field today: ``RolledBack.from_scratch`` (SPEC revision 2, schemas
+v4), written as the part ``true`` when true and not at all when false. The encoding stays
+unambiguous: a part never contains 0x00, so a ``RolledBack`` with ``from_scratch`` true has one
+part more than any without it.
+
 ``hash = SHA-256(bytes.fromhex(prev_hash) || canonical_bytes)``, lower-case hex; the
 ``prev_hash`` of a job's ``JobStarted`` is 32 zero bytes (64 ``0`` characters).
 """
@@ -23,13 +31,20 @@ GENESIS = "0" * 64
 
 _ORDER_CACHE: dict[type, tuple[str, ...]] = {}
 
+#: Fields added later (see the module doc): written, as ``true``, only when true.
+_WRITTEN_WHEN_TRUE = frozenset({"from_scratch"})
+
 
 def _field_order(cls: type) -> tuple[str, ...]:
     order = _ORDER_CACHE.get(cls)
     if order is None:
-        order = tuple(f.name for f in fields(cls) if f.name != "hash")
+        order = tuple(f.name for f in fields(cls) if f.name != "hash" and f.name not in _WRITTEN_WHEN_TRUE)
         _ORDER_CACHE[cls] = order
     return order
+
+
+def _extra_fields(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls) if f.name in _WRITTEN_WHEN_TRUE)
 
 
 def _text(value: Any) -> str:
@@ -40,7 +55,7 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-_GETTERS: dict[type, tuple[str, Any]] = {}
+_GETTERS: dict[type, tuple[str, Any, tuple[str, ...]]] = {}
 
 
 def canonical_bytes(event: Event) -> bytes:
@@ -55,8 +70,8 @@ def canonical_with_nulls(event: Event) -> tuple[bytes, tuple[int, ...]]:
     if g is None:
         order = _field_order(cls)
         get = attrgetter(*order) if len(order) > 1 else (lambda e, _n=order[0]: (getattr(e, _n),))
-        g = _GETTERS[cls] = (cls.__name__ + "\x00", get)
-    head, get = g
+        g = _GETTERS[cls] = (cls.__name__ + "\x00", get, _extra_fields(cls))
+    head, get, extra = g
     out = [head]
     nulls: list[int] = []
     for i, v in enumerate(get(event)):  # _text inlined: this runs for every folded event
@@ -67,6 +82,9 @@ def canonical_with_nulls(event: Event) -> tuple[bytes, tuple[int, ...]]:
             out.append(repr(v) + "\x00")
         else:
             out.append(f"{v}\x00")
+    for name in extra:  # fields added later: only when true (module doc)
+        if getattr(event, name):
+            out.append("true\x00")
     return "".join(out).encode("utf-8"), tuple(nulls)
 
 

@@ -81,6 +81,9 @@ class RolledBack(Envelope):
     restored_checkpoint_id: str | None
     resumed_step: int
     command_id: str | None
+    #: SPEC revision 2: the job restarted from its pretrained ``base_model`` alone (it consumes
+    #: nothing, not even ``base_checkpoint_id``; ``restored_checkpoint_id`` is then null)
+    from_scratch: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,15 +159,19 @@ _TYPE_SPEC: dict[str, dict[str, tuple[Any, bool]]] = {
         "restored_checkpoint_id": ("str", True),
         "resumed_step": ("int", False),
         "command_id": ("str", True),
+        "from_scratch": ("bool", False),
     },
     "JobFinished": {
         "status": (FINISH_STATUSES, False),
         "final_checkpoint_id": ("str", True),
     },
 }
-# optional keys: may be absent from the dict (treated as null)
+# optional keys: may be absent from the dict (treated as null, or as their default below)
 _OPTIONAL = {"prev_hash", "hash", "config_hash", "grad_norm", "lr", "command_id",
-             "final_checkpoint_id", "base_checkpoint_id", "restored_checkpoint_id"}
+             "final_checkpoint_id", "base_checkpoint_id", "restored_checkpoint_id", "from_scratch"}
+# optional keys that are not nullable: their value when absent (a field added later, whose
+# default is what every older event meant)
+_DEFAULTS: dict[str, Any] = {"from_scratch": False}
 
 
 def _check(name: str, value: Any, kind: Any, nullable: bool) -> Any:
@@ -191,6 +198,10 @@ def _check(name: str, value: Any, kind: Any, nullable: bool) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise InvalidEvent(name, f"must be a number, got {type(value).__name__}")
         return float(value)
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise InvalidEvent(name, f"must be a boolean, got {type(value).__name__}")
+        return value
     # enum
     if value not in kind:
         raise InvalidEvent(name, f"must be one of {', '.join(kind)}, got {value!r}")
@@ -225,7 +236,7 @@ def parse_event(data: Any) -> Event:
         if v is _MISSING:
             if not optional:
                 raise InvalidEvent(name, "is missing")
-            v = None
+            v = _DEFAULTS.get(name)
         # the common valid cases inline (this runs for every event); anything else goes through
         # _check, which converts or raises with the reason
         t = type(v)
@@ -245,10 +256,18 @@ def parse_event(data: Any) -> Event:
             if t is float:
                 values[name] = v
                 continue
+        elif kind == "bool":
+            if t is bool:
+                values[name] = v
+                continue
         elif t is str and v in kind:
             values[name] = v
             continue
         values[name] = _check(name, v, kind, nullable)
+    if values.get("from_scratch") and values["restored_checkpoint_id"] is not None:
+        # SPEC §4: a restart from scratch restores no checkpoint
+        raise InvalidEvent("restored_checkpoint_id", "must be null when from_scratch is true, got "
+                           f"{values['restored_checkpoint_id']!r}")
     return EVENT_TYPES[etype](**values)
 
 

@@ -51,7 +51,9 @@ def ancestry(state: LineageState, inc: Incarnation) -> list[tuple[Incarnation, f
 
 
 def base_checkpoint_id(state: LineageState, first: Incarnation) -> str | None:
-    """The base of an ancestry that starts with ``first`` (SPEC §7)."""
+    """The base of an ancestry that starts with ``first`` (SPEC §7): the checkpoint it starts
+    from, or None for the pretrained model (incarnation 0 without a base checkpoint, and a
+    restart ``from_scratch``, start kind ``scratch``)."""
     job = state.jobs[first.job_id]
     if first.start_kind == "restore" and first.restored_checkpoint_id is not None:
         return first.restored_checkpoint_id
@@ -237,9 +239,19 @@ def _last_clean_checkpoint(segs: list[tuple[Incarnation, float]],
     return None
 
 
+def aliased_checkpoints(state: LineageState, ck: Checkpoint) -> list[Checkpoint]:
+    """The checkpoints ``ck`` aliases under T3 (SPEC §5): every tainted checkpoint of another
+    job with the same content written before it (smaller ``ts``), in order of ``ts``, then id.
+    ``ck``'s incarnation counts as having consumed each of them at ``ck``'s seq, and ``ck``
+    carries the union of their roots."""
+    return sorted((other for other in state.by_hash.get(ck.content_hash, ())
+                   if other.job_id != ck.job_id and other.ts < ck.ts and other.sources),
+                  key=lambda o: (o.ts, o.id))
+
+
 def aliased_checkpoint(state: LineageState, ck: Checkpoint) -> Checkpoint | None:
-    """The checkpoint ``ck`` aliases under T3: the earliest (ts, id) tainted checkpoint of
-    another job with the same content, written before it."""
+    """The first checkpoint ``ck`` aliases under T3 (see :func:`aliased_checkpoints`): the
+    earliest (ts, id) tainted checkpoint of another job with the same content, written before it."""
     best = None
     for other in state.by_hash.get(ck.content_hash, ()):
         if other.job_id != ck.job_id and other.ts < ck.ts and other.sources:
@@ -250,7 +262,8 @@ def aliased_checkpoint(state: LineageState, ck: Checkpoint) -> Checkpoint | None
 
 def _via(state: LineageState, inc: Incarnation, seq: int, sources: set[SourceKey]) -> str | None:
     """The checkpoint behind the consumption at ``seq``: the one named, or for a T3 alias the
-    earliest (ts, id) earlier copy of another job that carries one of ``sources``."""
+    first aliased checkpoint (SPEC §5: earliest ``ts``, then id, among the earlier tainted copies
+    of other jobs) that carries the incident, i.e. one of ``sources``."""
     c = inc.consumptions.get(seq)
     if c is not None:
         return c.checkpoint_id
@@ -302,12 +315,13 @@ def incident_views(state: LineageState, verdicts: dict[SourceKey, Verdict],
     for k, v in roots:
         x = v.own_incident_id
         members = by_incident.get(x, ())
-        # contaminated incarnations: first consumption of a checkpoint tainted by x
+        # contaminated incarnations: first consumption of a checkpoint tainted by x. The root
+        # incarnation itself is one when its tainted weights came back to it (SPEC §5: it
+        # consumed a checkpoint tainted by its own incident), like any other consumer; its own
+        # divergence (T1) is not a consumption, so it holds a source only by consuming.
         first: dict[tuple[str, int], int] = {}
         for s in members:
             for holder in state.src_holders.get(s, ()):
-                if holder == k:
-                    continue
                 inc = state.incarnation(holder)
                 cs = inc.src[s][0]
                 if holder not in first or cs < first[holder]:
@@ -317,7 +331,7 @@ def incident_views(state: LineageState, verdicts: dict[SourceKey, Verdict],
         member_set = set(members)
         for holder, cs in first.items():
             via_of[holder] = _via(state, state.incarnation(holder), cs, member_set)
-        paths: dict[tuple[str, int], list[str]] = {k: [k[0]]}
+        paths: dict[tuple[str, int], list[str]] = {}
 
         def path(h: tuple[str, int], depth: int = 0) -> list[str]:
             if h in paths:
@@ -328,7 +342,12 @@ def incident_views(state: LineageState, verdicts: dict[SourceKey, Verdict],
                 p = [k[0], h[0]]
             else:
                 writer = (ck.job_id, ck.incarnation)
-                parent = path(writer, depth + 1) if (writer in via_of or writer == k) else [k[0], ck.job_id]
+                if writer == k:  # written by the root (the root itself may be a holder too)
+                    parent = [k[0]]
+                elif writer in via_of:
+                    parent = path(writer, depth + 1)
+                else:
+                    parent = [k[0], ck.job_id]
                 p = parent + [h[0]] if parent[-1] != h[0] else parent
             paths[h] = p
             return p

@@ -132,7 +132,9 @@ class Incarnation:
         self.job_id = job_id
         self.number = number
         self.start_seq = start_seq
-        self.start_kind = start_kind  # "start" (JobStarted), "restore" (RolledBack), "orphan"
+        # "start" (JobStarted), "restore" (RolledBack), "scratch" (RolledBack from_scratch: from
+        # the pretrained base_model alone, no consumption), "orphan"
+        self.start_kind = start_kind
         self.restored_checkpoint_id = restored_checkpoint_id
         self.ckpts: list[Checkpoint] = []
         self.ckpt_seqs = array("q")
@@ -479,11 +481,16 @@ class LineageState:
     def _on_rolled_back(self, job: Job, ev: RolledBack, now_ms, result) -> None:
         inc = job.incarnations.get(ev.incarnation)
         if inc is None:
-            inc = Incarnation(job.job_id, ev.incarnation, ev.seq, "restore", ev.restored_checkpoint_id)
+            inc = Incarnation(job.job_id, ev.incarnation, ev.seq, "scratch" if ev.from_scratch else "restore",
+                              ev.restored_checkpoint_id)
             job.incarnations[ev.incarnation] = inc
         job.current = inc
         if ev.command_id is not None:
             self.acknowledged.setdefault(ev.command_id, (job.job_id, ev.seq))
+        if ev.from_scratch:
+            # SPEC §4: from the pretrained base_model alone; consumes nothing, not even the
+            # job's base_checkpoint_id (its base, SPEC §7, is the pretrained model)
+            return
         target = ev.restored_checkpoint_id
         if target is None:
             target = job.base_checkpoint_id

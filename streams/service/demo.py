@@ -175,9 +175,9 @@ class _ReportingFactory:
         holder: dict[str, Any] = {}
         on_rollback = callbacks.get("on_rollback")
 
-        def rollback(cmd: Any) -> None:
-            if on_rollback is not None:
-                on_rollback(cmd)
+        def rollback(cmd: Any) -> Any:
+            # what the job's callback returns (how it restored, if it says) goes back to the client
+            done = on_rollback(cmd) if on_rollback is not None else None
             client = holder.get("client")
             try:
                 self.q.put_nowait(("rolled_back", job_id, {
@@ -186,6 +186,7 @@ class _ReportingFactory:
                     "command_id": cmd.command_id, "action": cmd.action}))
             except Exception:
                 pass
+            return done
 
         callbacks["on_rollback"] = rollback
         client = _ReportingClient(self.inner(job_id, cohort_id, base_model, **callbacks), job_id, self.q)

@@ -34,7 +34,7 @@ from streams.core.events import (
     Progress,
     RolledBack,
 )
-from streams.core.project import EXTERNAL, aliased_checkpoint, ancestry
+from streams.core.project import EXTERNAL, aliased_checkpoints, ancestry
 from streams.core.state import INF, Config
 from streams.service.audit import finding_line
 from streams.service.auditlog import AuditLog, fold_order
@@ -54,7 +54,8 @@ class CheckpointMark:
     abandoned: bool                  # written in a stretch the job's current weights do not descend from
     target_of: list[str] = field(default_factory=list)       # jobs whose final plan targets it
     quarantined_by: list[str] = field(default_factory=list)  # jobs whose QUARANTINE plan lists it
-    aliases: str | None = None       # T3: the tainted checkpoint of another job it copies
+    aliases: str | None = None       # T3: the first tainted checkpoint of another job it copies
+    aliased: list[str] = field(default_factory=list)  # T3: every one it copies (ts, then id; SPEC §5)
     restored_by: list[str] = field(default_factory=list)     # jobs that rolled back to it (executed)
 
     @property
@@ -74,7 +75,7 @@ class IncarnationSpan:
     row: int                         # the figure row (0 = top)
     start_step: int
     end_step: int
-    start_kind: str                  # start | restore | orphan
+    start_kind: str                  # start | restore | scratch (from the pretrained model) | orphan
     abandoned_from: int | None       # step after which the stretch is abandoned (None: all live)
     in_ancestry: bool                # the current weights descend from (part of) it
     progress: list[tuple[int, float]] = field(default_factory=list)  # (step, loss)
@@ -127,10 +128,19 @@ class RollbackMark:
     from_incarnation: int | None
     to_incarnation: int
     from_step: int | None            # where the abandoned incarnation stood
-    restored_checkpoint_id: str | None   # None: back to the base
+    restored_checkpoint_id: str | None   # None: back to the base (or, from_scratch, the pretrained model)
     restored_job_id: str | None
     resumed_step: int
     command_id: str | None
+    from_scratch: bool = False       # restarted from the pretrained base_model alone (SPEC §4)
+
+    @property
+    def restored_label(self) -> str:
+        """What it went back to: the checkpoint, ``base`` (a null restore: the job's base,
+        re-consumed), or the pretrained model (a restart from scratch)."""
+        if self.restored_checkpoint_id:
+            return self.restored_checkpoint_id
+        return "pretrained model (from scratch)" if self.from_scratch else "base"
 
 
 @dataclass
@@ -337,7 +347,7 @@ def _cohort_model(cohort_id: str, eng, side: _Side) -> CohortModel:
             steps += [side.consumed_step[(job_id, c.seq)] for c in inc.consumptions.values()
                       if (job_id, c.seq) in side.consumed_step]
             rb = side.rolled.get(key)
-            if inc.start_kind == "restore" and rb is not None:
+            if inc.start_kind in ("restore", "scratch") and rb is not None:
                 start = rb.resumed_step
             elif inc.start_kind == "start":
                 base = st.checkpoints.get(job.base_checkpoint_id) if job.base_checkpoint_id else None
@@ -362,18 +372,16 @@ def _cohort_model(cohort_id: str, eng, side: _Side) -> CohortModel:
             incs.append(span)
             spans[key] = span
             for ck in inc.ckpts:
-                alias = None
-                if ck in inc.alias_ckpts:
-                    a = aliased_checkpoint(st, ck)
-                    alias = a.id if a is not None else None
+                aliased = [a.id for a in aliased_checkpoints(st, ck)] if ck in inc.alias_ckpts else []
                 marks.append(CheckpointMark(
                     ck.id, job_id, n, ck.step, ck.seq, bool(ck.sources), roots_of(ck.sources),
                     abandoned=(cut is None) or (cut != INF and ck.seq > cut),
                     target_of=list(target_of.get(ck.id, [])),
                     quarantined_by=list(quarantined_by.get(ck.id, [])),
-                    aliases=alias,
+                    aliases=aliased[0] if aliased else None,
+                    aliased=aliased,
                 ))
-            if inc.start_kind == "restore":
+            if inc.start_kind in ("restore", "scratch"):
                 restored = inc.restored_checkpoint_id
                 rck = st.checkpoints.get(restored) if restored else None
                 prev = spans.get((job_id, n - 1))
@@ -382,6 +390,7 @@ def _cohort_model(cohort_id: str, eng, side: _Side) -> CohortModel:
                     restored, rck.job_id if rck is not None else None,
                     rb.resumed_step if rb is not None else start,
                     rb.command_id if rb is not None else None,
+                    inc.start_kind == "scratch",
                 ))
         cur = job.current
         lanes.append(Lane(job_id, job.base_model, job.base_checkpoint_id, incs, marks, plans.get(job_id),
@@ -408,16 +417,17 @@ def _cohort_model(cohort_id: str, eng, side: _Side) -> CohortModel:
                     ln.job_id, span.number, at, seq, c.mode, c.kind, c.taints,
                     bool(c.taints and src is not None and src.sources),
                 ))
-    # unrecorded copies (T3 aliases behind an UNRECORDED_SHARING alert)
+    # unrecorded copies (T3 aliases behind an UNRECORDED_SHARING alert): an edge from every
+    # checkpoint the copy aliases, as it counts as a consumption of each (SPEC §5)
     for a in final["alerts"]:
         if a.get("kind") != "UNRECORDED_SHARING" or not a.get("aliased_checkpoint_id"):
             continue
         ck = st.checkpoints.get(a["checkpoint_id"])
-        src = st.checkpoints.get(a["aliased_checkpoint_id"])
-        if ck is None or src is None:
+        if ck is None:
             continue
-        edges.append(Edge(src.id, src.job_id, src.incarnation, src.step, ck.job_id, ck.incarnation,
-                          ck.step, ck.seq, "CONTENT_ALIAS", "alias", True, bool(src.sources)))
+        for src in aliased_checkpoints(st, ck):
+            edges.append(Edge(src.id, src.job_id, src.incarnation, src.step, ck.job_id, ck.incarnation,
+                              ck.step, ck.seq, "CONTENT_ALIAS", "alias", True, bool(src.sources)))
 
     divergences: list[DivergenceMark] = []
     for key in sorted(st.diverged):
@@ -829,7 +839,8 @@ def render_figure(cm: CohortModel, *, source: str = "", events: int | None = Non
                 ax.plot([p[0] for p in sp.progress], [yy] * len(sp.progress), linestyle="none", marker="|",
                         markersize=4, color="#9aa5b1", zorder=2.1)
             # start marker
-            ax.plot([a], [yy], marker="o" if sp.start_kind == "start" else ">", markersize=5,
+            # a restart from scratch starts like the job itself: from the pretrained model
+            ax.plot([a], [yy], marker="o" if sp.start_kind in ("start", "scratch") else ">", markersize=5,
                      color=C_LIVE if sp.in_ancestry else C_ABANDONED, zorder=3)
             if sp.finished:
                 ax.plot([b], [yy], marker="|", markersize=13, markeredgewidth=2.5, color="#222222", zorder=3)
@@ -941,8 +952,12 @@ def render_figure(cm: CohortModel, *, source: str = "", events: int | None = Non
         y1 = ys.get((rb.job_id, rb.to_incarnation))
         if y1 is None:
             continue
-        where = rb.restored_checkpoint_id or "base"
-        lab.place(rb.resumed_step, y1, f"↺ rolled back to {_short(where, rb.job_id)}",
+        if rb.from_scratch:  # a restart from the pretrained model, not a restore of the base
+            lane = cm.lane(rb.job_id)
+            text = f"↺ from scratch ({(lane.base_model if lane else None) or 'pretrained'})"
+        else:
+            text = f"↺ rolled back to {_short(rb.restored_checkpoint_id or 'base', rb.job_id)}"
+        lab.place(rb.resumed_step, y1, text,
                   [(8, -7, "left", "top"), (8, 6, "left", "bottom"), (-8, -7, "right", "top")],
                   fontsize=7.5, color=C_ROLLBACK, zorder=7)
     # the mode of the consumptions that spread a taint, before the checkpoint labels take the room
@@ -1063,8 +1078,12 @@ def _lane_status(ln: Lane, rollbacks: Iterable[RollbackMark] = ()) -> list[tuple
     lines: list[tuple[str, str]] = []
     for rb in rollbacks:
         if rb.job_id == ln.job_id:
-            lines.append((f"rolled back → {rb.restored_checkpoint_id or 'base'} (inc {rb.to_incarnation})",
-                          C_ROLLBACK))
+            if rb.from_scratch:
+                lines.append((f"restarted from scratch → pretrained {ln.base_model or 'model'} "
+                              f"(inc {rb.to_incarnation})", C_ROLLBACK))
+            else:
+                lines.append((f"rolled back → {rb.restored_checkpoint_id or 'base'} (inc {rb.to_incarnation})",
+                              C_ROLLBACK))
     p = ln.plan
     if p is not None:
         a = p["action"]
@@ -1323,8 +1342,8 @@ def _cohort_html(cm: CohortModel, svg: str, info: FigureInfo) -> str:
                 notes.append("rollback target of " + ", ".join(ck.target_of))
             if ck.quarantined_by:
                 notes.append("quarantined")
-            if ck.aliases:
-                notes.append(f"same content as {ck.aliases}")
+            if ck.aliased:
+                notes.append(f"same content as {', '.join(ck.aliased)}")
             if ck.abandoned:
                 notes.append("abandoned")
             rows.append([ck.checkpoint_id, f"{ck.job_id} inc {ck.incarnation}", ck.step,
@@ -1339,7 +1358,9 @@ def _cohort_html(cm: CohortModel, svg: str, info: FigureInfo) -> str:
                      + _table(["divergence", "onset step", "verdict", "found by", "incidents"], rows)
                      + _table(["rollback", "from step", "restored checkpoint", "resumed step", "command"],
                               [[f"{r.job_id} inc {r.from_incarnation} → inc {r.to_incarnation}",
-                                "" if r.from_step is None else r.from_step, r.restored_checkpoint_id or "(base)",
+                                "" if r.from_step is None else r.from_step,
+                                r.restored_checkpoint_id or ("(pretrained, from scratch)" if r.from_scratch
+                                                             else "(base)"),
                                 r.resumed_step, (r.command_id or "")[:12]] for r in cm.rollbacks])
                      + "</details>")
     parts.append("</section>")

@@ -118,12 +118,20 @@ class Cohort:
                           {"onset_step": onset, "detector": "job", "reason": "test"}, **over)
 
     def rollback(self, job: str, restored: str | None = None, resumed_step: int = 0,
-                 command_id: str | None = None, **over: Any) -> "Cohort":
+                 command_id: str | None = None, *, from_scratch: bool | None = None,
+                 **over: Any) -> "Cohort":
+        """``RolledBack``; ``from_scratch`` (SPEC revision 2) is left out of the event unless given."""
         if "incarnation" not in over:
             self._inc[job] = self._inc.get(job, 0) + 1
-        return self._emit(job, "RolledBack", {"restored_checkpoint_id": restored,
-                                              "resumed_step": resumed_step,
-                                              "command_id": command_id}, **over)
+        fields: dict[str, Any] = {"restored_checkpoint_id": restored, "resumed_step": resumed_step,
+                                  "command_id": command_id}
+        if from_scratch is not None:
+            fields["from_scratch"] = from_scratch
+        return self._emit(job, "RolledBack", fields, **over)
+
+    def scratch(self, job: str, command_id: str | None = None, **over: Any) -> "Cohort":
+        """A restart from the pretrained model: ``RolledBack`` with ``from_scratch`` true."""
+        return self.rollback(job, None, 0, command_id, from_scratch=True, **over)
 
     def finish(self, job: str, status: str = "SUCCEEDED", final: str | None = None,
                **over: Any) -> "Cohort":

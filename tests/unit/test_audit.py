@@ -86,6 +86,24 @@ def test_edited_event_fails_chain_and_input_there(tmp_path):
     assert [(x.field, x.found) for x in f["input"]] == [("content_hash", "0" * 64)]
 
 
+def test_a_restart_from_scratch_audits_and_its_flag_is_in_the_chain(tmp_path):
+    """16_from_scratch with hash chains: audits clean (commands re-derived with the restart from
+    scratch); flipping Y's from_scratch (the RESTART_FROM_SCRATCH becomes a null restore that
+    re-consumes X-300) breaks Y's chain there, and the processor's input no longer matches."""
+    log = chained_log(tmp_path, "16_from_scratch")
+    report = audit(log)
+    assert report.passed, [f.line() for c in report.checks for f in c.failures]
+    assert [(p["job_id"], p["action"]) for p in report.final_state["plans"]] == [("Z", "RESTART_FROM_SCRATCH")]
+    i, rec = next((i, r) for i, r in enumerate(log.topic("events"))
+                  if CODEC.decode_event(r.value).get("from_scratch"))
+    d = CODEC.decode_event(rec.value)
+    assert (d["job_id"], d["type"]) == ("Y", "RolledBack")
+    log.records["events"][i] = replace(rec, value=CODEC.encode_event({**d, "from_scratch": False}))
+    f = failures(log)
+    assert [(x.job_id, x.seq, x.where) for x in f["chains"]] == [("Y", d["seq"], f"events[0]@{rec.offset}")]
+    assert [(x.field, x.found) for x in f["input"]] == [("from_scratch", False)]
+
+
 def test_dropped_control_record_is_missing_and_named(tmp_path):
     log = chained_log(tmp_path)
     final = {p["command_id"] for p in audit(log).final_state["plans"]}

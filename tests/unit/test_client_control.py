@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 
-from streams.client import QUARANTINE_FILE, ControlCommand, JobClient, JobView, command_from_record, decide
+import pytest
+
+from streams.client import (QUARANTINE_FILE, ClientError, ControlCommand, JobClient, JobView, Restored,
+                            command_from_record, decide)
 from streams.client.control import Fetched
 from streams.codec import Codec
 
@@ -153,6 +156,72 @@ def test_rolled_back_event_fields(tmp_path):
         ev = parse_event(CODEC.decode_event(last.value))
         assert (type(ev).__name__, ev.restored_checkpoint_id, ev.resumed_step, ev.command_id, ev.incarnation) == (
             "RolledBack", None, 0, "s1", 1)
+    finally:
+        c.close(timeout=0)
+
+
+def _last_event(tmp_path):
+    from streams.client.journal import WAL_FILE, WalEntry
+    from streams.core.events import parse_event
+    last = WalEntry.from_line((tmp_path / WAL_FILE).read_bytes().splitlines(keepends=True)[-1])
+    return parse_event(CODEC.decode_event(last.value))
+
+
+def test_restart_from_scratch_is_acknowledged_from_scratch(tmp_path):
+    """SPEC §4 revision 2: obeying RESTART_FROM_SCRATCH emits RolledBack with from_scratch true
+    (no checkpoint restored, not even the base); RESTART_FROM_BASE to a null target does not."""
+    c = make_client(tmp_path, on_rollback=lambda cmd: None)
+    try:
+        c.start(base_checkpoint_id="X-300")
+        feed(c, rollback("s1", action="RESTART_FROM_SCRATCH", target=None, step=None))
+        c.poll()
+        ev = _last_event(tmp_path)
+        assert (ev.restored_checkpoint_id, ev.resumed_step, ev.command_id, ev.incarnation, ev.from_scratch) == (
+            None, 0, "s1", 1, True)
+        feed(c, rollback("b1", inc=1, action="RESTART_FROM_BASE", target=None, step=None))
+        c.poll()
+        ev = _last_event(tmp_path)
+        assert (ev.restored_checkpoint_id, ev.command_id, ev.incarnation, ev.from_scratch) == (None, "b1", 2, False)
+        from streams.core.chain import verify_link
+        assert verify_link(ev, ev.prev_hash) is None
+    finally:
+        c.close(timeout=0)
+
+
+def test_the_rollback_callback_may_say_how_it_restored(tmp_path):
+    """on_rollback returns a Restored: the RolledBack says that (here: a job that cannot reach the
+    base checkpoint restarts from the pretrained model); any other return value is ignored."""
+    c = make_client(tmp_path, on_rollback=lambda cmd: Restored(None, 0, from_scratch=True))
+    try:
+        c.start(base_checkpoint_id="X-300")
+        feed(c, rollback("b1", action="RESTART_FROM_BASE", target="X-300", step=300))
+        c.poll()
+        ev = _last_event(tmp_path)
+        assert (ev.restored_checkpoint_id, ev.resumed_step, ev.command_id, ev.from_scratch) == (None, 0, "b1", True)
+    finally:
+        c.close(timeout=0)
+    c = make_client(tmp_path / "other", on_rollback=lambda cmd: "restored!")  # an old callback's value
+    try:
+        c.start()
+        feed(c, rollback("r1"))
+        c.poll()
+        ev = _last_event(tmp_path / "other")
+        assert (ev.restored_checkpoint_id, ev.resumed_step, ev.from_scratch) == ("A-480", 480, False)
+    finally:
+        c.close(timeout=0)
+
+
+def test_manual_rolled_back_from_scratch(tmp_path):
+    c = make_client(tmp_path)
+    try:
+        c.start()
+        ev = c.rolled_back(None, 0, from_scratch=True)
+        assert ev.from_scratch is True and ev.incarnation == 1
+        with pytest.raises(ClientError):  # a restart from scratch restores no checkpoint
+            c.rolled_back("A-480", 480, from_scratch=True)
+        with pytest.raises(ClientError):
+            c.rolled_back(None, 0, from_scratch="yes")
+        assert c.incarnation == 1 and c.seq == 1  # nothing emitted by the refused calls
     finally:
         c.close(timeout=0)
 

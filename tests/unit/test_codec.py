@@ -62,8 +62,12 @@ def same(a, b) -> bool:
 
 
 def as_decoded(event: dict) -> dict:
-    """What decoding an encoded event gives back: the hash fields present, None when absent."""
-    return {"prev_hash": None, "hash": None, **event}
+    """What decoding an encoded event gives back: the hash fields present, None when absent;
+    ``RolledBack.from_scratch`` (schemas v4) present, false when absent."""
+    out = {"prev_hash": None, "hash": None, **event}
+    if event.get("type") == "RolledBack":
+        out.setdefault("from_scratch", False)
+    return out
 
 
 # -- codecs -----------------------------------------------------------------------------------
@@ -384,7 +388,8 @@ _PAYLOADS = {
                            "mode": st.sampled_from(["INIT", "MERGE", "DISTILL", "PBT_EXPLOIT", "REFERENCE",
                                                     "REPLAY", "EVAL_ONLY", "OTHER"])},
     "DivergenceReported": {"onset_step": _long, "detector": _ids, "reason": _ids},
-    "RolledBack": {"restored_checkpoint_id": _opt(_ids), "resumed_step": _long, "command_id": _opt(_ids)},
+    "RolledBack": {"restored_checkpoint_id": _opt(_ids), "resumed_step": _long, "command_id": _opt(_ids),
+                   "from_scratch": st.booleans()},
     "JobFinished": {"status": st.sampled_from(["SUCCEEDED", "FAILED", "CANCELLED"]), "final_checkpoint_id": _opt(_ids)},
 }
 
@@ -502,5 +507,6 @@ def test_property_encode_is_strict_and_total(single, event, key, value, drop):
         return
     back = single.decode_event(data)
     assert set(event) <= set(back)
-    # Left-out fields are the nullable ones, which come back null.
-    assert same(back, {**{k: None for k in back}, **event})
+    # Left-out fields are the nullable ones, which come back null, and from_scratch (v4), false.
+    defaults = {k: (False if k == "from_scratch" else None) for k in back}
+    assert same(back, {**defaults, **event})

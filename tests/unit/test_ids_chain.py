@@ -5,7 +5,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 
+import pytest
+
 from streams.core.chain import GENESIS, canonical_bytes, chain_hash, verify_link
+from streams.core.errors import InvalidEvent
+from streams.core.events import parse_event
 from streams.core.ids import command_id, hash_parts, incident_id
 
 from .core_builders import IA, Cohort, analyze, plans, seed
@@ -74,3 +78,44 @@ def test_verify_link():
     assert verify_link(e1, e0.hash) is None
     assert verify_link(dataclasses.replace(e1, loss=2.0), e0.hash) is not None
     assert verify_link(e1, GENESIS) is not None
+
+
+# ---------------------------------------------------------------------- RolledBack.from_scratch (revision 2)
+
+def _rolled_back(**kw):
+    d = {"type": "RolledBack", "job_id": "B", "seq": 7, "incarnation": 1, "ts": 1760000000123,
+         "prev_hash": "ab" * 32, "restored_checkpoint_id": None, "resumed_step": 0, "command_id": "c1"}
+    d.update(kw)
+    return parse_event(d)
+
+
+def test_from_scratch_false_keeps_the_canonical_bytes_of_before_revision_2():
+    """The bytes a RolledBack always had (type, envelope, restored_checkpoint_id, resumed_step,
+    command_id): from_scratch false, explicit or left out, adds nothing, so old chains verify."""
+    before = b"RolledBack\x00B\x007\x001\x001760000000123\x00" + b"ab" * 32 + b"\x00\x000\x00c1\x00"
+    assert canonical_bytes(_rolled_back()) == before
+    assert canonical_bytes(_rolled_back(from_scratch=False)) == before
+    assert canonical_bytes(_rolled_back(restored_checkpoint_id="B-5", resumed_step=5)) == \
+        b"RolledBack\x00B\x007\x001\x001760000000123\x00" + b"ab" * 32 + b"\x00B-5\x005\x00c1\x00"
+
+
+def test_from_scratch_true_is_one_more_part_and_is_chained():
+    ev = _rolled_back(from_scratch=True)
+    assert canonical_bytes(ev) == canonical_bytes(_rolled_back()) + b"true\x00"
+    signed = dataclasses.replace(ev, hash=chain_hash(ev.prev_hash, ev))
+    assert verify_link(signed, ev.prev_hash) is None
+    # flipping the flag breaks the link: the flag is part of the record
+    assert verify_link(dataclasses.replace(signed, from_scratch=False), ev.prev_hash) is not None
+
+
+def test_from_scratch_is_validated():
+    assert _rolled_back().from_scratch is False
+    assert _rolled_back(from_scratch=True).from_scratch is True
+    for bad in (None, 1, "true"):
+        with pytest.raises(InvalidEvent) as info:
+            _rolled_back(from_scratch=bad)
+        assert info.value.field == "from_scratch"
+    # a restart from the pretrained model restores no checkpoint (SPEC §4)
+    with pytest.raises(InvalidEvent) as info:
+        _rolled_back(from_scratch=True, restored_checkpoint_id="B-5")
+    assert info.value.field == "restored_checkpoint_id"

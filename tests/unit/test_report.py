@@ -15,7 +15,8 @@ from streams.codec import Codec
 from streams.core.cohorts import CohortLineage
 from streams.core.events import event_to_dict, parse_event
 from streams.service.auditlog import fold_order, load
-from streams.service.report import ReportModel, build, render_html, render_png, render_svg
+from streams.core.project import aliased_checkpoints
+from streams.service.report import ReportModel, _lane_status, build, render_html, render_png, render_svg
 from tests.unit.vectors import load_expected, load_lines, scenarios_dir, vector_names
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -79,10 +80,14 @@ def test_model_matches_the_folded_state(name):
             src = eng.state.checkpoints.get(e.source_checkpoint_id)
             assert e.carries_taint == bool(e.tainting and src is not None and src.sources)
             assert e.tainting == (e.mode != "EVAL_ONLY")
-        # aliases = the UNRECORDED_SHARING alerts
+        # aliases = the UNRECORDED_SHARING alerts, an edge from every aliased checkpoint (SPEC §5
+        # T3: the copy counts as consuming each), the first of which the alert names
+        alerts = [a for a in final["alerts"] if a["kind"] == "UNRECORDED_SHARING" and a.get("aliased_checkpoint_id")]
         assert sorted((e.consumer_job_id, e.source_checkpoint_id) for e in cm.edges if e.kind == "alias") == \
-            sorted((a["job_id"], a["aliased_checkpoint_id"]) for a in final["alerts"]
-                   if a["kind"] == "UNRECORDED_SHARING" and a.get("aliased_checkpoint_id"))
+            sorted((a["job_id"], src.id) for a in alerts
+                   for src in aliased_checkpoints(eng.state, eng.state.checkpoints[a["checkpoint_id"]]))
+        for a in alerts:
+            assert cm.checkpoint(a["checkpoint_id"]).aliased[0] == a["aliased_checkpoint_id"]
         # targets = the final plans' targets, and the target checkpoints are marked
         plans = {p["job_id"]: p for p in final["plans"]}
         assert cm.targets == {j: p["target_checkpoint_id"] for j, p in plans.items() if p["target_checkpoint_id"]}
@@ -152,6 +157,55 @@ def test_rollback_incarnations_model():
     assert cm.tainted_checkpoints == ["A-520", "B-560", "C-600-i1"]
     assert cm.targets == {"B": "B-510"}
     assert c.plan["action"] == "RESTART_FROM_SCRATCH" and a.plan is None
+
+
+def test_from_scratch_model():
+    """16: Y's restart from scratch is drawn as a restart from the pretrained model (a row that
+    starts at step 0 like a job's first, no consumption edge, from_scratch on its rollback mark);
+    Z's plain null restore re-consumes X-300 (an INIT edge of kind base into incarnation 1)."""
+    cm = model_of("16_from_scratch").cohorts["c16"]
+    rbs = {rb.job_id: rb for rb in cm.rollbacks}
+    assert (rbs["Y"].from_scratch, rbs["Y"].restored_checkpoint_id, rbs["Y"].resumed_step) == (True, None, 0)
+    assert rbs["Y"].restored_label == "pretrained model (from scratch)"
+    assert (rbs["Z"].from_scratch, rbs["Z"].restored_label) == (False, "base")
+    y1 = cm.lane("Y").incarnations[1]
+    assert (y1.start_kind, y1.start_step, y1.in_ancestry) == ("scratch", 0, True)
+    assert not cm.lane("Y").incarnations[0].in_ancestry
+    into = {(e.consumer_job_id, e.consumer_incarnation): (e.source_checkpoint_id, e.kind, e.carries_taint)
+            for e in cm.edges}
+    assert ("Y", 1) not in into and into[("Z", 1)] == ("X-300", "base", True)
+    assert cm.lane("Y").plan is None and cm.lane("Z").plan["action"] == "RESTART_FROM_SCRATCH"
+    assert _lane_status(cm.lane("Y"), cm.rollbacks)[0][0] == "restarted from scratch → pretrained base-7b (inc 1)"
+    assert "(pretrained, from scratch)" in render_html(model_of("16_from_scratch"))
+
+
+def test_every_aliased_checkpoint_is_an_alias_edge(tmp_path):
+    """T3 union: C-700 copies A-520 (IA) and D-copy (ID): two alias edges, the mark lists both."""
+    lines = [
+        {"type": "JobStarted", "job_id": "A", "seq": 0, "incarnation": 0, "ts": 1, "cohort_id": "c",
+         "base_model": "m", "base_checkpoint_id": None, "config_hash": None},
+        {"type": "Progress", "job_id": "A", "seq": 1, "incarnation": 0, "ts": 2, "step": 500, "epoch": 0,
+         "loss": float("nan"), "grad_norm": None, "lr": None},
+        {"type": "CheckpointWritten", "job_id": "A", "seq": 2, "incarnation": 0, "ts": 3, "checkpoint_id": "A-520",
+         "step": 520, "epoch": 0, "content_hash": "h", "uri": "u"},
+        {"type": "JobStarted", "job_id": "D", "seq": 0, "incarnation": 0, "ts": 4, "cohort_id": "c",
+         "base_model": "m", "base_checkpoint_id": None, "config_hash": None},
+        {"type": "Progress", "job_id": "D", "seq": 1, "incarnation": 0, "ts": 5, "step": 10, "epoch": 0,
+         "loss": float("nan"), "grad_norm": None, "lr": None},
+        {"type": "CheckpointWritten", "job_id": "D", "seq": 2, "incarnation": 0, "ts": 6, "checkpoint_id": "D-copy",
+         "step": 20, "epoch": 0, "content_hash": "h", "uri": "u"},
+        {"type": "JobStarted", "job_id": "C", "seq": 0, "incarnation": 0, "ts": 7, "cohort_id": "c",
+         "base_model": "m", "base_checkpoint_id": None, "config_hash": None},
+        {"type": "CheckpointWritten", "job_id": "C", "seq": 1, "incarnation": 0, "ts": 8, "checkpoint_id": "C-700",
+         "step": 700, "epoch": 0, "content_hash": "h", "uri": "u"},
+    ]
+    src = tmp_path / "t3.jsonl"
+    src.write_text("".join(json.dumps(d) + "\n" for d in lines))
+    cm = build(load(str(src))).cohorts["c"]
+    assert sorted((e.source_checkpoint_id, e.consumer_job_id) for e in cm.edges if e.kind == "alias") == [
+        ("A-520", "C"), ("A-520", "D"), ("D-copy", "C")]
+    assert cm.checkpoint("C-700").aliased == ["A-520", "D-copy"] and cm.checkpoint("C-700").aliases == "A-520"
+    assert "same content as A-520, D-copy" in render_html(build(load(str(src))))
 
 
 def test_pbt_cohort_model():

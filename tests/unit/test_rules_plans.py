@@ -180,3 +180,81 @@ def test_same_plan_same_command_no_new_decision():
     c = seed()
     per_event = decisions(c.events + [c.events[3]])
     assert not [d for d in per_event[-1] if isinstance(d, PlanChanged)]
+
+
+# ---------------------------------------------------------------------- RolledBack.from_scratch (revision 2)
+
+def _tainted_base() -> Cohort:
+    """B started from A-520 (tainted, IA) and wrote B-600: planned RESTART_FROM_SCRATCH."""
+    return seed().start("B", base="A-520").progress("B", 600).ckpt("B", "B-600", 600)
+
+
+def test_a_restart_from_scratch_leaves_the_job_clean():
+    """B obeys RESTART_FROM_SCRATCH with from_scratch: incarnation 1 consumed nothing (not even
+    A-520), so B-700 is clean, B gets no plan and only incarnation 0 is contaminated."""
+    c = _tainted_base().scratch("B").progress("B", 700).ckpt("B", "B-700", 700)
+    out = analyze(c.events)
+    assert "B" not in plans(out)
+    assert out["tainted_checkpoints"] == ["A-500", "A-520", "B-600"]
+    assert [(x["job_id"], x["incarnation"]) for x in out["incidents"][0]["contaminated"]] == [("B", 0)]
+
+
+def test_a_null_restore_without_from_scratch_reconsumes_the_tainted_base_and_is_planned_again():
+    """The same acknowledgement as a plain null restore (from_scratch false, explicit or left
+    out): it re-consumes A-520, B incarnation 1 is contaminated via A-520, B-700 is tainted and
+    the plan is RESTART_FROM_SCRATCH again, for incarnation 1."""
+    for flag in (False, None):
+        c = _tainted_base().rollback("B", None, from_scratch=flag).progress("B", 700).ckpt("B", "B-700", 700)
+        out = analyze(c.events)
+        assert plan_of(c.events, "B") == ("RESTART_FROM_SCRATCH", 1, None, None, (IA,))
+        assert "B-700" in out["tainted_checkpoints"]
+        assert [(x["job_id"], x["incarnation"], x["via_checkpoint_id"])
+                for x in out["incidents"][0]["contaminated"]] == [("B", 0, "A-520"), ("B", 1, "A-520")]
+
+
+def test_after_a_restart_from_scratch_the_base_is_the_pretrained_model():
+    """Tainted again after the restart (a MERGE of A-520) with no checkpoint before it: the base
+    of incarnation 1 is the pretrained model, clean, so RESTART_FROM_BASE with a null target,
+    not RESTART_FROM_SCRATCH. With a clean checkpoint before the consumption: ROLLBACK to it."""
+    c = _tainted_base().scratch("B").consume("B", "A-520", 650).ckpt("B", "B-700", 700)
+    assert plan_of(c.events, "B") == ("RESTART_FROM_BASE", 1, None, None, (IA,))
+    c = _tainted_base().scratch("B").ckpt("B", "B-640", 640).consume("B", "A-520", 650).ckpt("B", "B-700", 700)
+    assert plan_of(c.events, "B") == ("ROLLBACK", 1, "B-640", 640, (IA,))
+
+
+def test_a_restart_from_scratch_is_the_base_of_the_incarnations_restored_from_it():
+    """Incarnation 1 restarted from scratch and was tainted before its first checkpoint;
+    incarnation 2 restored incarnation 1's B-700: the ancestry starts from the pretrained model
+    (RESTART_FROM_BASE, null). Had incarnation 1 been a plain null restore, its base would be the
+    tainted A-520 (RESTART_FROM_SCRATCH)."""
+    c = (_tainted_base().scratch("B").consume("B", "A-520", 650).ckpt("B", "B-700", 700)
+         .rollback("B", "B-700", 700).ckpt("B", "B-800", 800))
+    assert plan_of(c.events, "B") == ("RESTART_FROM_BASE", 2, None, None, (IA,))
+    c = (_tainted_base().rollback("B", None).ckpt("B", "B-700", 700)
+         .rollback("B", "B-700", 700).ckpt("B", "B-800", 800))
+    assert plan_of(c.events, "B") == ("RESTART_FROM_SCRATCH", 2, None, None, (IA,))
+
+
+def test_a_restart_from_scratch_is_no_attribution_evidence():
+    """B diverges after the restart from scratch: INTERNAL (its ancestry consumed nothing) and a
+    RESTART_FROM_BASE to the pretrained model; after a plain null restore the re-consumed A-520
+    makes the same divergence EXTERNAL, a secondary of IA."""
+    out = analyze(_tainted_base().scratch("B").progress("B", 100).progress("B", 200, loss=NAN).events)
+    ib = iid("B", 1, 200)
+    assert sorted((i["root"]["job_id"], i["verdict"]) for i in out["incidents"]) == [("A", "INTERNAL"),
+                                                                                  ("B", "INTERNAL")]
+    assert plan_tuple(plans(out)["B"]) == ("RESTART_FROM_BASE", 1, None, None, (ib,))
+    out = analyze(_tainted_base().rollback("B", None).progress("B", 100).progress("B", 200, loss=NAN).events)
+    assert [i["root"]["job_id"] for i in out["incidents"]] == ["A"]
+    assert out["incidents"][0]["secondary_divergences"] == [{"job_id": "B", "incarnation": 1, "onset_step": 200}]
+    assert plan_tuple(plans(out)["B"]) == ("RESTART_FROM_SCRATCH", 1, None, None, (IA,))
+
+
+def test_the_command_is_acknowledged_by_the_restart_from_scratch():
+    """The RESTART_FROM_SCRATCH command of B, acknowledged by RolledBack(from_scratch, command_id):
+    the plan is cleared (PlanChanged to None superseding it)."""
+    c = _tainted_base()
+    cmd = cid([IA], "B", 0, "RESTART_FROM_SCRATCH", None)
+    c.scratch("B", command_id=cmd)
+    last = [d for d in decisions(c.events)[-1] if isinstance(d, PlanChanged)]
+    assert [(d.job_id, d.plan, d.supersedes) for d in last] == [("B", None, cmd)]

@@ -10,7 +10,7 @@ import pytest
 from streams.core.decide import IncidentChanged
 
 from .core_builders import (IA, Cohort, analyze, by_jobs, contaminated, content, decisions, iid, incident,
-                            seed, sharing)
+                            secondaries, seed, sharing)
 
 TAINTING_MODES = ["INIT", "MERGE", "DISTILL", "PBT_EXPLOIT", "REFERENCE", "REPLAY", "OTHER"]
 
@@ -206,13 +206,129 @@ def test_incident_opened_then_widened():
 
 def test_alias_via_checkpoint_is_tainted_by_the_incident_that_lists_it():
     """A-520 (IA, earliest) and D-copy (D's own incident ID by T1, plus IA by T3) hold the same
-    bytes; C-700 copies them later. SPEC §5: C counts as having consumed *the aliased
-    checkpoint* A-520 (earliest), whose roots are {IA}. Reading: C is contaminated by IA via
-    A-520 and not by ID at all. Whatever the reading of the roots, ID must not list C *via
-    A-520*, which ID did not taint."""
+    bytes; C-700 copies them later. SPEC §5 (revision 2): C counts as having consumed *every*
+    aliased checkpoint, A-520 and D-copy, and C-700 carries the union {IA, ID}; each incident
+    lists C via the first aliased checkpoint (ts, then id) that carries it: IA via A-520, ID via
+    D-copy (never via A-520, which ID did not taint)."""
     h = content("A-520")
     c = (seed().start("D").progress("D", 10, loss=float("nan")).ckpt("D", "D-copy", 20, content_hash=h)
          .start("C").ckpt("C", "C-700", 700, content_hash=h))
     out = analyze(c.events)
     assert contaminated(out, IA) == [("C", 0, "A-520"), ("D", 0, "A-520")]
-    assert ("C", 0, "A-520") not in contaminated(out, iid("D", 0, 10))
+    assert contaminated(out, iid("D", 0, 10)) == [("C", 0, "D-copy")]
+
+
+# ---------------------------------------------------------------------- T3 is the union (revision 2)
+
+ID = iid("D", 0, 10)
+
+
+def _two_incident_copies() -> Cohort:
+    """A-520 (IA) and D-copy hold the same bytes; D-copy, written later by D, carries ID (T1: D's
+    loss is NaN at step 10) and IA (T3 from A-520). C writes C-650 (clean), then C-700 with those
+    bytes without recording a consumption, then C-800."""
+    h = content("A-520")
+    return (seed().start("D").progress("D", 10, loss=float("nan")).ckpt("D", "D-copy", 20, content_hash=h)
+            .start("C").progress("C", 600).ckpt("C", "C-650", 650).ckpt("C", "C-700", 700, content_hash=h)
+            .ckpt("C", "C-800", 800))
+
+
+@pytest.mark.parametrize("order", [None, ["C", "D", "A"], ["D", "C", "A"], ["C", "A", "D"]])
+def test_t3_union_of_two_aliased_checkpoints_of_different_incidents(order):
+    """Whatever the arrival order: C-700 counts as consuming A-520 and D-copy (in that order of
+    ts), carries both roots, and T2 passes both on to C-800; C is listed in both incidents, each
+    via the first aliased checkpoint carrying it; C's plan names both incidents; one alert."""
+    events = _two_incident_copies().events
+    out = analyze(events if order is None else by_jobs(events, order))
+    assert out["tainted_checkpoints"] == ["A-500", "A-520", "C-700", "C-800", "D-copy"]
+    assert contaminated(out, IA) == [("C", 0, "A-520"), ("D", 0, "A-520")]
+    assert contaminated(out, ID) == [("C", 0, "D-copy")]
+    paths = {x["job_id"]: x["path"] for x in incident(out, ID)["contaminated"]}
+    assert paths == {"C": ["D", "C"]}
+    p = {p["job_id"]: p for p in out["plans"]}["C"]
+    assert (p["action"], p["target_checkpoint_id"], p["incident_ids"]) == ("ROLLBACK", "C-650", sorted([IA, ID]))
+    assert sharing(out) == [("C", "C-700"), ("D", "D-copy")]
+    assert {a["checkpoint_id"]: a["aliased_checkpoint_id"] for a in out["alerts"]} == {
+        "C-700": "A-520", "D-copy": "A-520"}
+
+
+def test_t3_union_is_attribution_evidence_for_every_aliased_incident():
+    """C diverges after writing the copy: EXTERNAL, attributed to both incidents, secondary in both."""
+    c = _two_incident_copies().progress("C", 900, loss=float("nan"))
+    out = analyze(c.events)
+    assert sorted((i["root"]["job_id"], i["verdict"]) for i in out["incidents"]) == [("A", "INTERNAL"),
+                                                                                  ("D", "INTERNAL")]
+    assert secondaries(out, IA) == [("C", 0, 900)]
+    assert secondaries(out, ID) == [("C", 0, 900)]
+
+
+def test_t3_via_is_the_first_aliased_checkpoint_by_ts_then_id():
+    """E-1 and F-1 (same bytes, same ts, both tainted by IA through a MERGE of A-520) are both
+    earlier than C-1, which copies them: C is contaminated via E-1 (ts tie, smaller id), even
+    when F-1 is folded first; the alert names E-1 too."""
+    h = "ab" * 32
+    c = seed().start("E").start("F").consume("E", "A-520", 520).consume("F", "A-520", 520)
+    c.ckpt("F", "F-1", 600, content_hash=h)
+    c.ckpt("E", "E-1", 600, content_hash=h, ts=c.last.ts)
+    c.start("C").ckpt("C", "C-1", 700, content_hash=h)
+    for events in (c.events, by_jobs(c.events, ["C", "F", "E", "A"])):
+        out = analyze(events)
+        assert contaminated(out, IA) == [("C", 0, "E-1"), ("E", 0, "A-520"), ("F", 0, "A-520")]
+        assert {a["checkpoint_id"]: a["aliased_checkpoint_id"] for a in out["alerts"]} == {"C-1": "E-1"}
+
+
+def test_t3_an_aliased_checkpoint_tainted_later_widens_the_copy():
+    """C-700 copies G-1 (clean when written); G's consumption of A-520 is recorded later, but
+    before G-1 by seq: G-1, then C-700 by T3, then C-800 by T2 are tainted; C via G-1."""
+    h = "cd" * 32
+    c = (seed().start("G").consume("G", "A-520", 520).ckpt("G", "G-1", 600, content_hash=h)
+         .start("C").ckpt("C", "C-700", 700, content_hash=h).ckpt("C", "C-800", 800))
+    out = analyze(by_jobs(c.events, ["C", "G", "A"]))
+    assert out["tainted_checkpoints"] == ["A-500", "A-520", "C-700", "C-800", "G-1"]
+    assert contaminated(out, IA) == [("C", 0, "G-1"), ("G", 0, "A-520")]
+
+
+# ---------------------------------------------------------------------- the root's own incident (revision 2)
+
+def test_the_root_is_contaminated_when_its_tainted_weights_come_back_through_another_job():
+    """B merges A-520 and writes B-540; A (still the diverged incarnation) merges B-540 back: A
+    incarnation 0 is listed in its own incident via B-540, path A, B, A. Its verdict stays
+    INTERNAL (a divergence is never attributed to its own incident) and its plan is unchanged."""
+    c = (seed().start("B").consume("B", "A-520", 520).ckpt("B", "B-540", 540)
+         .consume("A", "B-540", 530).ckpt("A", "A-560", 560))
+    out = analyze(c.events)
+    assert contaminated(out, IA) == [("A", 0, "B-540"), ("B", 0, "A-520")]
+    paths = {(x["job_id"], x["incarnation"]): x["path"] for x in incident(out, IA)["contaminated"]}
+    assert paths == {("A", 0): ["A", "B", "A"], ("B", 0): ["A", "B"]}
+    assert incident(out, IA)["verdict"] == "INTERNAL"
+    p = {p["job_id"]: p for p in out["plans"]}["A"]
+    assert (p["action"], p["target_checkpoint_id"], p["incident_ids"]) == ("ROLLBACK", "A-480", [IA])
+
+
+def test_the_root_is_contaminated_through_a_content_copy_of_its_own_checkpoint():
+    """B copies A-520's bytes unrecorded (B-copy); A later writes A-600 with those bytes: T3
+    (B-copy is another job's earlier tainted checkpoint; A-520 is A's own and does not alias), so
+    A incarnation 0 is listed via B-copy, and A-600 raises UNRECORDED_SHARING."""
+    h = content("A-520")
+    c = seed().start("B").ckpt("B", "B-copy", 100, content_hash=h).ckpt("A", "A-600", 600, content_hash=h)
+    out = analyze(c.events)
+    assert contaminated(out, IA) == [("A", 0, "B-copy"), ("B", 0, "A-520")]
+    assert sharing(out) == [("A", "A-600"), ("B", "B-copy")]
+
+
+def test_the_root_is_not_contaminated_by_its_own_divergence_or_an_eval_only_read():
+    """T1 alone is not a consumption; an EVAL_ONLY read of B-540 never contaminates."""
+    c = (seed().start("B").consume("B", "A-520", 520).ckpt("B", "B-540", 540)
+         .consume("A", "B-540", 530, mode="EVAL_ONLY"))
+    assert contaminated(analyze(c.events), IA) == [("B", 0, "A-520")]
+
+
+def test_the_root_reading_its_own_tainted_checkpoint_back_is_contaminated():
+    """Reading: SPEC §5 defines contamination as consuming a checkpoint tainted by the incident,
+    so the diverged incarnation merging its own A-520 (no other job involved) is listed too, via
+    A-520; its path is just the root."""
+    c = seed().consume("A", "A-520", 530, mode="REPLAY").ckpt("A", "A-540", 540)
+    out = analyze(c.events)
+    assert contaminated(out, IA) == [("A", 0, "A-520")]
+    assert incident(out, IA)["contaminated"][0]["path"] == ["A"]
+    assert incident(out, IA)["verdict"] == "INTERNAL"

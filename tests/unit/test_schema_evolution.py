@@ -47,13 +47,15 @@ SPEC4_FIELDS = {
     "CheckpointWritten": ["checkpoint_id", "step", "epoch", "content_hash", "uri"],
     "CheckpointConsumed": ["source_checkpoint_id", "step", "mode"],
     "DivergenceReported": ["onset_step", "detector", "reason"],
-    "RolledBack": ["restored_checkpoint_id", "resumed_step", "command_id"],
+    "RolledBack": ["restored_checkpoint_id", "resumed_step", "command_id", "from_scratch"],
     "JobFinished": ["status", "final_checkpoint_id"],
 }
 SPEC4_NULLABLE = {
     "prev_hash", "hash", "base_checkpoint_id", "config_hash", "grad_norm", "lr",
     "restored_checkpoint_id", "command_id", "final_checkpoint_id",
 }
+# not nullable, with a default (may be left out): SPEC revision 2, schemas v4
+SPEC4_DEFAULTS = {"from_scratch": False}
 MODES = ["INIT", "MERGE", "DISTILL", "PBT_EXPLOIT", "REFERENCE", "REPLAY", "EVAL_ONLY", "OTHER"]
 STATUSES = ["SUCCEEDED", "FAILED", "CANCELLED"]
 AGENT_FIELDS = {
@@ -171,6 +173,8 @@ def test_event_schema_matches_spec_section_4():
             assert _nullable(f["type"]) == (f["name"] in SPEC4_NULLABLE), (b["name"], f["name"])
             if _nullable(f["type"]):
                 assert f["type"][0] == "null" and f.get("default", "missing") is None
+            if f["name"] in SPEC4_DEFAULTS:
+                assert f.get("default", "missing") == SPEC4_DEFAULTS[f["name"]], (b["name"], f["name"])
     mode = _field(branches[3], "mode")["type"]
     assert mode["type"] == "enum" and mode["symbols"] == MODES
     status = _field(branches[6], "status")["type"]
@@ -180,6 +184,7 @@ def test_event_schema_matches_spec_section_4():
     for t, f in [("Progress", "step"), ("CheckpointWritten", "step"), ("CheckpointConsumed", "step"),
                  ("DivergenceReported", "onset_step"), ("RolledBack", "resumed_step")]:
         assert types[t][f] == "long"
+    assert types["RolledBack"]["from_scratch"] == "boolean"
 
 
 def test_agent_records_have_the_agreed_fields():
@@ -207,10 +212,13 @@ def test_every_key_of_every_test_vector_is_a_schema_field_and_round_trips():
         keys = set(event) - {"type"}
         allowed = set(ENVELOPE) | set(shape.fields_of(t))
         assert keys <= allowed, (t, keys - allowed)
-        assert set(SPEC4_FIELDS[t]) <= keys | SPEC4_NULLABLE
+        assert set(SPEC4_FIELDS[t]) <= keys | SPEC4_NULLABLE | set(SPEC4_DEFAULTS)
         back = codec.decode_event(codec.encode_event(event))
         for k in event:
             assert same(back[k], event[k]), (t, k)
+        for k, default in SPEC4_DEFAULTS.items():
+            if k in SPEC4_FIELDS[t] and k not in event:
+                assert back[k] == default, (t, k)
         seen.setdefault(t, set()).update(keys)
     for t, keys in seen.items():
         assert keys - {"hash", "prev_hash"} == set(ENVELOPE[:4]) | set(SPEC4_FIELDS[t]), t
@@ -469,7 +477,9 @@ def test_a_new_version_directory_becomes_the_reader_and_reads_every_older_one(tm
     assert v2.reader("LineageEvent").version == 2
     assert v2.reader("RollbackCommand").version == 2  # unchanged: same fingerprint as v1
     codec2 = Codec(v2, registry_url="", wire_format="single-object")
-    codec1 = Codec(SchemaSet.from_directory(SCHEMAS), registry_url="", wire_format="single-object")
+    # the v1 writer (the repository's current writer may have evolved LineageEvent since: v4)
+    shutil.copytree(SCHEMAS / "v1", tmp_path / "only-v1" / "v1")
+    codec1 = Codec(SchemaSet.from_directory(tmp_path / "only-v1"), registry_url="", wire_format="single-object")
 
     started = example_events()[0]
     back = codec2.decode_event(codec1.encode_event(started))
@@ -498,3 +508,30 @@ def test_a_new_version_directory_becomes_the_reader_and_reads_every_older_one(tm
     with pytest.raises(DecodeError) as info:
         codec3.decode_record(codec1.encode_record("Alert", alert))
     assert info.value.reason == BAD_BODY
+
+
+def test_a_v3_rolled_back_reads_as_not_from_scratch_and_its_chain_still_verifies():
+    """SPEC revision 2 added RolledBack.from_scratch in v4. A RolledBack a v3 client wrote — its
+    hash over the canonical bytes of before v4, computed here by hand — decodes with the current
+    reader as from_scratch false, and the hash still verifies (the canonical bytes leave the
+    field out when false)."""
+    import hashlib
+
+    from streams.core.chain import verify_link
+    from streams.core.events import parse_event
+
+    prev = "cd" * 32
+    old_bytes = b"RolledBack\x00B\x007\x001\x001760000000123\x00" + prev.encode() + b"\x00\x000\x00cmd\x00"
+    event = {"type": "RolledBack", "job_id": "B", "seq": 7, "incarnation": 1, "ts": 1760000000123,
+             "prev_hash": prev, "hash": hashlib.sha256(bytes.fromhex(prev) + old_bytes).hexdigest(),
+             "restored_checkpoint_id": None, "resumed_step": 0, "command_id": "cmd"}
+    v3 = default_schema_set().version(3)["LineageEvent"]
+    data = write_with(v3, EventShape(v3).to_avro(event))
+    codec = Codec(registry_url="", wire_format="single-object")
+    back = codec.decode_event(data)
+    assert back["from_scratch"] is False
+    ev = parse_event(back)
+    assert ev.from_scratch is False and verify_link(ev, prev) is None
+    # the current writer writes v4, with the field
+    assert codec.decode_event(codec.encode_event({**event, "from_scratch": True}))["from_scratch"] is True
+    assert default_schema_set().reader("LineageEvent").version == 4

@@ -25,6 +25,7 @@ import streams.demo  # noqa: F401  before numpy: one BLAS thread per process (se
 import numpy as np
 import pytest
 
+from streams.client.control import Restored
 from streams.core.decide import Lineage, PlanChanged
 from streams.core.events import parse_event
 from streams.demo import model as M
@@ -174,9 +175,11 @@ class FakeClient:
             if cmd.incarnation is not None and cmd.incarnation != self.incarnation:
                 continue  # stale: meant for an incarnation already rolled back
             self.applied.add(cmd.command_id)
-            self.on_rollback(cmd)
-            self._emit("RolledBack", restored_checkpoint_id=cmd.target_checkpoint_id,
-                       resumed_step=cmd.target_step or 0, command_id=cmd.command_id)
+            said = self.on_rollback(cmd)
+            # as JobClient: the callback may say how it restored, else it obeyed the command
+            r = said if isinstance(said, Restored) else Restored.of(cmd)
+            self._emit("RolledBack", restored_checkpoint_id=r.checkpoint_id, resumed_step=r.step,
+                       command_id=cmd.command_id, from_scratch=r.from_scratch)
             done.append(cmd)
         if not done and timeout:
             time.sleep(min(timeout, 0.002))
@@ -462,6 +465,7 @@ def test_restart_from_scratch_and_diverged_job_without_command_fails(tmp_path: P
     res = run_job(JobSpec("s", "c", seed=2, lr=0.2, steps=40), factory, cohort_dir=tmp_path, task=TASK)
     assert res.status == "SUCCEEDED" and res.incarnation == 1 and res.steps_computed == 30 + 40
     assert bus.of("s", "RolledBack")[0]["resumed_step"] == 0
+    assert bus.of("s", "RolledBack")[0]["from_scratch"] is True  # SPEC §4 revision 2
     assert "s-10-i1" in res.checkpoints
     # the same first step from the base model: identical loss
     first = [e["loss"] for e in bus.of("s", "Progress") if e["step"] == 5]
