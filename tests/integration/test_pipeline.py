@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from streams.adapters.reader import read_to_end
 from streams.codec import Codec
 from streams.service.analyze import analyze_file
 from streams.service.operators import effective_plans, publish_file
+from streams.testing.invariants import assert_commands_consistent, assert_live_equals_offline
 from streams.testing.cohort import generate_cohorts
 from streams.testing.pipeline import WorkerProcess, wait_quiescent
 
@@ -30,8 +30,6 @@ CODEC = Codec()
 SCENARIOS = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios"
 ID_FIELDS = ("job_id", "checkpoint_id", "source_checkpoint_id", "base_checkpoint_id",
              "restored_checkpoint_id", "final_checkpoint_id", "cohort_id")
-PLAN_FIELDS = ("job_id", "incarnation", "action", "target_checkpoint_id", "target_step", "incident_ids",
-               "command_id")
 
 
 @pytest.fixture
@@ -77,67 +75,6 @@ def renamed_vectors(path: Path) -> list[str]:
     return names
 
 
-def latest_manifests(bootstrap: str, topics: TopicNames) -> dict[str, dict]:
-    latest: dict[str, dict] = {}
-    for msg in read_to_end(bootstrap, topics.manifests):
-        _name, rec = CODEC.decode_record(msg.value)
-        if rec["incident_id"] not in latest or rec["version"] >= latest[rec["incident_id"]]["version"]:
-            latest[rec["incident_id"]] = rec
-    return latest
-
-
-def control_ids(bootstrap: str, topics: TopicNames) -> list[str]:
-    return [CODEC.decode_record(m.value)[1]["command_id"] for m in read_to_end(bootstrap, topics.control)]
-
-
-def assert_live_equals_offline(bootstrap: str, topics: TopicNames, offline: dict) -> None:
-    live = effective_plans(bootstrap, topics, CODEC)
-    live_jobs = {p["job_id"]: p["command_id"] for p in live["plans"]}
-    want_jobs = {p["job_id"]: p["command_id"] for p in offline["plans"]}
-    diff = {j: (live_jobs.get(j), want_jobs.get(j)) for j in live_jobs.keys() | want_jobs.keys()
-            if live_jobs.get(j) != want_jobs.get(j)}
-    if diff:  # say where the differing jobs' events were routed, to tell a routing from a fold problem
-        routed: dict[str, set] = {}
-        seqs: dict[str, set] = {}
-        cohorts = {j.split("-")[0] for j in diff}
-        for m in read_to_end(bootstrap, topics.by_cohort):
-            _n, batch = CODEC.decode_record(m.value)
-            for r in batch["events"]:
-                ev = CODEC.decode_event(r["value"])
-                if ev["job_id"].split("-")[0] in cohorts:
-                    routed.setdefault(ev["job_id"], set()).add((batch["cohort_id"], m.partition))
-                    seqs.setdefault(ev["job_id"], set()).add(ev["seq"])
-        holes = {j: sorted(set(range(max(s) + 1)) - s)[:5] for j, s in seqs.items() if len(s) != max(s) + 1}
-        first = sorted(diff)[0]
-        control = [(m.partition, m.offset, *CODEC.decode_record(m.value)) for m in read_to_end(bootstrap, topics.control)]
-        trail = [(o, n, r.get("incarnation"), r.get("action"), r["command_id"][:8], (r.get("supersedes") or "")[:8])
-                 for _p, o, n, r in control if r["job_id"] == first]
-        raise AssertionError(f"plans differ for {len(diff)} job(s): {sorted(diff)[:10]}; "
-                             f"control records of {first}: {trail}; "
-                             f"routed to {sorted(routed.items())[:3]}; seq holes {holes}; "
-                             f"live halts {live['halts'][:5]}")
-    assert [{k: p[k] for k in PLAN_FIELDS} for p in live["plans"]] == [
-        {k: p[k] for k in PLAN_FIELDS} for p in offline["plans"]]
-    quarantined = {p["job_id"]: p.get("quarantined_checkpoint_ids") for p in offline["plans"]
-                   if p["action"] == "QUARANTINE"}
-    assert {p["job_id"]: p.get("quarantined_checkpoint_ids") for p in live["plans"]
-            if p["action"] == "QUARANTINE"} == quarantined
-    manifests = latest_manifests(bootstrap, topics)
-    for inc in offline["incidents"]:
-        m = manifests.get(inc["incident_id"])
-        assert m is not None, f"no manifest for {inc['incident_id']}"
-        assert m["root"] == inc["root"] and m["verdict"] == inc["verdict"]
-        assert [(c["job_id"], c["incarnation"], c["via_checkpoint_id"]) for c in m["contaminated"]] == [
-            (c["job_id"], c["incarnation"], c["via_checkpoint_id"]) for c in inc["contaminated"]]
-        assert m["secondary_divergences"] == inc["secondary_divergences"]
-        assert sorted(p["command_id"] for p in m["plans"]) == sorted(
-            p["command_id"] for p in offline["plans"] if inc["incident_id"] in p["incident_ids"])
-    open_ids = {i["incident_id"] for i in offline["incidents"]}
-    for x, m in manifests.items():
-        if x not in open_ids:  # closed: re-attributed or superseded, and says so
-            assert m["attributed_to"] and not m["plans"], m
-
-
 def test_every_vector_live_equals_analyze(pipeline, kafka_bootstrap, tmp_path):
     topics, app_id, workers = pipeline(workers=2, partitions=4)
     log = tmp_path / "vectors.jsonl"
@@ -150,10 +87,7 @@ def test_every_vector_live_equals_analyze(pipeline, kafka_bootstrap, tmp_path):
     offline = analyze_file(str(log)).result
     assert len(offline["incidents"]) >= len(names) - 3
     assert_live_equals_offline(kafka_bootstrap, topics, offline)
-    ids = control_ids(kafka_bootstrap, topics)
-    assert len(ids) == len(set(ids)), [i for i, n in Counter(ids).items() if n > 1]
-    halts = {(h["job_id"], h["reason"]) for h in effective_plans(kafka_bootstrap, topics, CODEC)["halts"]}
-    assert halts == {(h["job_id"], h["reason"]) for h in offline["halts"]}
+    assert_commands_consistent(kafka_bootstrap, topics, allow_copies=False)
     for w in workers:
         assert w.alive()
     # the one record the fold refuses: vector 13's conflicting duplicate (bad input loses nothing)
@@ -199,8 +133,7 @@ def test_kill_9_a_worker_mid_stream_and_restart(pipeline, kafka_bootstrap, tmp_p
     offline = analyze_file(str(log)).result
     assert offline["plans"], "the generated stream should need plans"
     assert_live_equals_offline(kafka_bootstrap, topics, offline)
-    ids = control_ids(kafka_bootstrap, topics)
-    assert len(ids) == len(set(ids)), [i for i, n in Counter(ids).items() if n > 1]
+    assert_commands_consistent(kafka_bootstrap, topics, allow_copies=False)
     assert list(read_to_end(kafka_bootstrap, topics.dlq)) == []
     # and an audit of the topics finds every command and manifest exactly where the log implies
     # (the recovering worker re-published what the fold decided, byte for byte)
