@@ -20,7 +20,7 @@ def bootstrap_option(f):
 
 
 def fail(message: str, code: int = 2) -> None:
-    err_console.print(f"[red]error:[/red] {message}", highlight=False)
+    err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)  # one line in logs
     sys.exit(code)
 
 

@@ -49,9 +49,12 @@ from streams.cli.common import bootstrap_option, err_console, fail, resolve_boot
               default=None, metavar="FILE",
               help="Ed25519 private key (PEM, from `traintrace keygen`) to sign every LineageCommitment with; "
                    "unsigned without it. [env TRAINTRACE_SIGNING_KEY]")
+@click.option("--reset-data-dir", is_flag=True, envvar="TRAINTRACE_RESET_DATA_DIR",
+              help="Take over a data directory of another app id: discard its table cache (rebuilt from the "
+                   "changelog). [env TRAINTRACE_RESET_DATA_DIR]")
 @core_options
 def worker(bootstrap, topic_prefix, app_id, partitions, data_dir, store, web_port, web_host, grace_seconds, ack_timeout,
-           commitment_interval, commit_interval, session_timeout, loglevel, signing_key, window, spike_factor, taint_margin) -> None:
+           commitment_interval, commit_interval, session_timeout, loglevel, signing_key, reset_data_dir, window, spike_factor, taint_margin) -> None:
     """Run a processor worker: route lineage.events by cohort, fold each cohort through the
     lineage core, publish commands, manifests, alerts and commitments.
 
@@ -96,6 +99,16 @@ def worker(bootstrap, topic_prefix, app_id, partitions, data_dir, store, web_por
         signing_key=signing_key,
     )
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    from rich.markup import escape
+
+    from streams.app.datadir import prepare_data_dir
+
+    try:  # a data dir of another app id, or a table cache of another Kafka log (Faust's ConsistencyError)
+        note = prepare_data_dir(settings, reset=reset_data_dir)
+    except KafkaAdapterError as exc:
+        fail(escape(str(exc)))
+    if note:
+        err_console.print(f"traintrace worker: {escape(note)}", highlight=False, soft_wrap=True)
     err_console.print(f"traintrace worker: Kafka {bootstrap}, topics {topics.events} -> {topics.control}, "
                       f"web http://{web_host}:{web_port}, data {settings.data_dir}, {key_note}", highlight=False)
     run_worker(settings)
