@@ -42,7 +42,10 @@ class InputClock:
         # committed offsets are read through a consumer of the group that never subscribes
         # (so it does not join it); records are fetched by a second, group-less one
         self._offsets = Consumer(consumer_config(bootstrap, group, **{"enable.partition.eof": False}))
-        self._fetch = Consumer(consumer_config(bootstrap, f"{group}-clock", **{"enable.partition.eof": True}))
+        # it reads one record at a time: no prefetching of whole partitions
+        self._fetch = Consumer(consumer_config(bootstrap, f"{group}-clock", **{
+            "enable.partition.eof": True, "queued.min.messages": 1, "queued.max.messages.kbytes": 1024,
+            "max.partition.fetch.bytes": 262144}))
         self._ts_cache: dict[tuple[int, int], int] = {}
 
     def close(self) -> None:

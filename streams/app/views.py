@@ -61,7 +61,7 @@ def register(app, referee, ckview, lock) -> None:
                                      "job_id": ck.job_id, "incarnation": ck.incarnation, "step": ck.step,
                                      "content_hash": ck.content_hash, "incident_ids": ids,
                                      "source": "owner"})
-        rec = ckview.status.get(checkpoint_id)
+        rec = ckview.get(checkpoint_id)
         if rec is None:
             return web.json({"checkpoint_id": checkpoint_id, "status": "unknown"})
         return web.json({"checkpoint_id": checkpoint_id, "status": rec["status"].lower(),

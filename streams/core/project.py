@@ -244,7 +244,7 @@ def aliased_checkpoints(state: LineageState, ck: Checkpoint) -> list[Checkpoint]
     job with the same content written before it (smaller ``ts``), in order of ``ts``, then id.
     ``ck``'s incarnation counts as having consumed each of them at ``ck``'s seq, and ``ck``
     carries the union of their roots."""
-    return sorted((other for other in state.by_hash.get(ck.content_hash, ())
+    return sorted((other for other in state.same_content(ck.content_hash)
                    if other.job_id != ck.job_id and other.ts < ck.ts and other.sources),
                   key=lambda o: (o.ts, o.id))
 
@@ -253,7 +253,7 @@ def aliased_checkpoint(state: LineageState, ck: Checkpoint) -> Checkpoint | None
     """The first checkpoint ``ck`` aliases under T3 (see :func:`aliased_checkpoints`): the
     earliest (ts, id) tainted checkpoint of another job with the same content, written before it."""
     best = None
-    for other in state.by_hash.get(ck.content_hash, ()):
+    for other in state.same_content(ck.content_hash):
         if other.job_id != ck.job_id and other.ts < ck.ts and other.sources:
             if best is None or (other.ts, other.id) < (best.ts, best.id):
                 best = other
@@ -271,7 +271,7 @@ def _via(state: LineageState, inc: Incarnation, seq: int, sources: set[SourceKey
     if i < len(inc.ckpts) and inc.ckpts[i].seq == seq:
         ck = inc.ckpts[i]
         best = None
-        for other in state.by_hash.get(ck.content_hash, ()):
+        for other in state.same_content(ck.content_hash):
             if (other.job_id != ck.job_id and other.ts < ck.ts and other.sources
                     and not sources.isdisjoint(other.sources)):
                 if best is None or (other.ts, other.id) < (best.ts, best.id):

@@ -21,9 +21,8 @@ import math
 import statistics
 from array import array
 from bisect import bisect_left
-from collections import deque
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from streams.core.chain import GENESIS, canonical_with_nulls, verify_link
 from streams.core.events import (
@@ -73,9 +72,11 @@ class Config:
 class Checkpoint:
     __slots__ = ("id", "job_id", "incarnation", "seq", "step", "ts", "content_hash", "sources")
 
-    def __init__(self, ev: CheckpointWritten) -> None:
+    def __init__(self, ev: CheckpointWritten, job_id: str | None = None) -> None:
         self.id = ev.checkpoint_id
-        self.job_id = ev.job_id
+        # the job's own id string (``Job.job_id``), not the event's: every decoded event brings
+        # a fresh copy, and a checkpoint is kept for good
+        self.job_id = ev.job_id if job_id is None else job_id
         self.incarnation = ev.incarnation
         self.seq = ev.seq
         self.step = ev.step
@@ -89,15 +90,17 @@ class Checkpoint:
 
 
 class Consumption:
-    """One consumption event: ``kind`` is ``base``, ``restore`` or ``consume``."""
+    """One consumption event: ``kind`` is ``base``, ``restore`` or ``consume``; ``inc`` is the
+    incarnation that consumed (set when it is folded)."""
 
-    __slots__ = ("seq", "checkpoint_id", "mode", "kind")
+    __slots__ = ("seq", "checkpoint_id", "mode", "kind", "inc")
 
     def __init__(self, seq: int, checkpoint_id: str, mode: str, kind: str) -> None:
         self.seq = seq
         self.checkpoint_id = checkpoint_id
         self.mode = mode
         self.kind = kind
+        self.inc: Incarnation | None = None
 
     @property
     def taints(self) -> bool:
@@ -141,7 +144,9 @@ class Incarnation:
         self.ckpt_stepmax = array("q")
         self.prog_seqs = array("q")
         self.prog_stepmax = array("q")
-        self.window: deque[float] = deque()
+        # the detector's last losses (at most Config.window): an array of doubles, not a deque
+        # (a deque allocates a block of 64 slots, ~0.6 KB, plus a float object per loss)
+        self.window = array("d")
         self.detected_onset: int | None = None
         self.reported_onset: int | None = None
         self.consumptions: dict[int, Consumption] = {}
@@ -242,7 +247,12 @@ class LineageState:
         self.config = config or Config()
         self.jobs: dict[str, Job] = {}
         self.checkpoints: dict[str, Checkpoint] = {}
-        self.consumers: dict[str, list[tuple[Incarnation, Consumption]]] = {}
+        # consumptions by the checkpoint id they name (T2), each with its incarnation (``c.inc``)
+        self.consumers: dict[str, list[Consumption]] = {}
+        # checkpoints by content hash (T3): a content written once (nearly all of them) is in
+        # ``hash_once``, one written twice or more has a list in ``by_hash`` (a one-element list
+        # per checkpoint cost ~90 bytes for nothing); read both through :meth:`same_content`
+        self.hash_once: dict[str, Checkpoint] = {}
         self.by_hash: dict[str, list[Checkpoint]] = {}
         # unresolved consumptions: checkpoint id -> [(incarnation, consumption, first seen)]
         self.unresolved: dict[str, list[tuple[Incarnation, Consumption, int | None]]] = {}
@@ -266,6 +276,14 @@ class LineageState:
     def incarnation(self, key: IncKey) -> Incarnation | None:
         job = self.jobs.get(key[0])
         return job.incarnations.get(key[1]) if job else None
+
+    def same_content(self, content_hash: str) -> Sequence[Checkpoint]:
+        """The checkpoints written with ``content_hash``, in the order they were folded."""
+        same = self.by_hash.get(content_hash)
+        if same is not None:
+            return same
+        one = self.hash_once.get(content_hash)
+        return (one,) if one is not None else ()
 
     # ------------------------------------------------------------------ guard
 
@@ -392,12 +410,12 @@ class LineageState:
         elif len(inc.window) >= cfg.window and loss > cfg.spike_factor * statistics.median(inc.window):
             flagged = True
         if flagged:
-            inc.window.clear()
+            del inc.window[:]
             self._set_onset(inc, detected=ev.step)
         else:
             inc.window.append(loss)
             if len(inc.window) > cfg.window:
-                inc.window.popleft()
+                del inc.window[0]
 
     def _on_written(self, job: Job, ev: CheckpointWritten, now_ms, result) -> None:
         inc = self._incarnation_for(job, ev)
@@ -412,7 +430,7 @@ class LineageState:
                 return
             self._halt(self.jobs[existing.job_id], "CONFLICTING_DUPLICATE", detail, result)
             self._displace(existing)
-        ck = Checkpoint(ev)
+        ck = Checkpoint(ev, job.job_id)
         self.checkpoints[ck.id] = ck
         prev_max = inc.ckpt_stepmax[-1] if inc.ckpt_stepmax else ck.step
         inc.ckpts.append(ck)
@@ -426,12 +444,20 @@ class LineageState:
         if onset is not None and ck.step >= onset - self.config.taint_margin:
             self._add_source(ck, inc.key)
         # T3: earlier tainted copies of the same content written by other jobs
-        same = self.by_hash.setdefault(ck.content_hash, [])
-        for other in same:
-            if other.job_id != ck.job_id and other.ts < ck.ts and other.sources:
-                for s in list(other.sources):
-                    self._alias(ck, s)
-        same.append(ck)
+        h = ck.content_hash
+        same = self.by_hash.get(h)
+        if same is None:
+            first = self.hash_once.pop(h, None)
+            if first is None:
+                self.hash_once[h] = ck
+            else:
+                same = self.by_hash[h] = [first]
+        if same is not None:
+            for other in same:
+                if other.job_id != ck.job_id and other.ts < ck.ts and other.sources:
+                    for s in list(other.sources):
+                        self._alias(ck, s)
+            same.append(ck)
         # consumers that named this checkpoint before it was written
         waiting = self.unresolved.pop(ck.id, None)
         if waiting:
@@ -459,6 +485,8 @@ class LineageState:
         same = self.by_hash.get(ck.content_hash)
         if same and ck in same:
             same.remove(ck)
+        elif self.hash_once.get(ck.content_hash) is ck:
+            del self.hash_once[ck.content_hash]
         for s in ck.sources or ():
             lst = self.src_ckpts.get(s)
             if lst and ck in lst:
@@ -507,9 +535,16 @@ class LineageState:
     # -- taint propagation -------------------------------------------------------
 
     def _consume(self, inc: Incarnation, c: Consumption, now_ms: int | None) -> None:
-        inc.consumptions[c.seq] = c
-        self.consumers.setdefault(c.checkpoint_id, []).append((inc, c))
         src_ck = self.checkpoints.get(c.checkpoint_id)
+        if src_ck is not None:
+            c.checkpoint_id = src_ck.id  # one string per checkpoint id, not one per consumption
+        c.inc = inc
+        inc.consumptions[c.seq] = c
+        named = self.consumers.get(c.checkpoint_id)
+        if named is None:
+            self.consumers[c.checkpoint_id] = [c]  # an exact-size list: most are consumed once
+        else:
+            named.append(c)
         if src_ck is None:
             self.unresolved.setdefault(c.checkpoint_id, []).append((inc, c, now_ms))
             self._touch_divergences(inc.job_id)
@@ -553,10 +588,10 @@ class LineageState:
             self.src_ckpts.setdefault(s, []).append(ck)
             self.dirty_sources.add(s)
             self.dirty_jobs.add(ck.job_id)
-            for inc, c in self.consumers.get(ck.id, ()):
+            for c in self.consumers.get(ck.id, ()):
                 if c.taints:
-                    stack.extend(self._inflow(inc, s, c.seq, c.seq + 1, defer=True))
-            for other in self.by_hash.get(ck.content_hash, ()):
+                    stack.extend(self._inflow(c.inc, s, c.seq, c.seq + 1, defer=True))
+            for other in self.same_content(ck.content_hash):
                 if other.job_id != ck.job_id and other.ts > ck.ts:
                     stack.extend(self._alias(other, s, defer=True))
 

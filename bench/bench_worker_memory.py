@@ -1,0 +1,95 @@
+"""A real worker's memory over a long run (issue 10): RSS after 100k and after 600k folded events.
+
+Generated cohort events (the kill -9 test's mix: exploits, merges, divergences, rollbacks) are
+put on a fresh ``lineage.events``; one ``traintrace worker`` process folds them; its RSS
+(``/proc/<pid>/status``, the whole process tree's main process) is read when its
+``traintrace_events_folded_total`` passes each mark. Printed: RSS at each mark and the growth
+per event between them. (``bench/bench_memory.py`` breaks the same growth down in-process.)
+
+Usage: python bench/bench_worker_memory.py [--events 600000] [--first 100000] [--bootstrap HOST:PORT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from streams.adapters.kafka import TopicNames, ensure_topics, standard_topics  # noqa: E402
+from streams.testing.cohort import generate_cohorts  # noqa: E402
+from streams.testing.pipeline import WorkerProcess, produce_events  # noqa: E402
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def folded(w: WorkerProcess) -> float:
+    return sum(float(l.split()[-1]) for l in w.get("/metrics").splitlines()
+               if l.startswith("traintrace_events_folded_total"))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bootstrap", default=None)
+    ap.add_argument("--events", type=int, default=600_000)
+    ap.add_argument("--first", type=int, default=100_000)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    broker = None
+    bootstrap = args.bootstrap
+    if bootstrap is None:
+        from streams.adapters.broker import LocalBroker
+
+        broker = LocalBroker(Path(tempfile.mkdtemp(prefix="tt-bench-broker-")))
+        bootstrap = broker.start()
+    try:
+        prefix = f"mem{uuid.uuid4().hex[:8]}."
+        topics = TopicNames.from_env(prefix)
+        ensure_topics(bootstrap, standard_topics(topics, args.partitions))
+        steps = max(50, int(args.events / 2000 / 0.125))  # ~0.13 events per job-step in this mix
+        events = generate_cohorts(jobs=2000, cohort_size=20, steps=steps, seed=21, divergence_rate=0.1,
+                                  exploit_every=40, exploit_prob=0.6, alias_prob=0.05)
+        n = produce_events(bootstrap, topics.events, (d for i, d in zip(range(args.events), events)))
+        with tempfile.TemporaryDirectory() as tmp:
+            w = WorkerProcess(bootstrap, prefix, f"tt-{prefix.rstrip('.')}", Path(tmp) / "w", args.partitions,
+                              extra_args=["--loglevel", "warn"]).start()
+            try:
+                w.wait_ready()
+                marks = {}
+                t0 = time.monotonic()
+                for mark in (args.first, n):
+                    while folded(w) < mark:
+                        if time.monotonic() - t0 > 900:
+                            raise SystemExit(f"the worker folded only {folded(w):.0f} of {n} events")
+                        time.sleep(0.2)
+                    marks[mark] = rss_kib(w.proc.pid)
+            finally:
+                w.kill()
+        lo, hi = args.first, n
+        out = {"events": n, "rss_kib": marks,
+               "growth_bytes_per_event": round((marks[hi] - marks[lo]) * 1024 / (hi - lo), 1)}
+    finally:
+        if broker is not None:
+            broker.stop()
+    if args.json:
+        print(json.dumps(out, indent=1))
+    else:
+        print(f"worker RSS after {lo:,} events: {marks[lo] / 1024:.1f} MiB; after {hi:,}: {marks[hi] / 1024:.1f} MiB; "
+              f"growth {out['growth_bytes_per_event']} bytes per folded event")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

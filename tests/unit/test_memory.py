@@ -1,0 +1,101 @@
+"""What a live worker's referee keeps per folded event (issue 10 item 6; bench/bench_memory.py).
+
+The worker folds every event through one :class:`~streams.app.referee.Referee`; whatever it
+keeps per event stays for the life of the process. These guard the bounds:
+
+- no event object is kept: the fold keeps what the lineage needs (checkpoints, consumptions,
+  per-seq digests, step maxima), never the event;
+- the fold log of each cohort is its compact frontier: one 32-byte node per set bit of its
+  size, and no other 32-byte hash is reachable from the referee (proofs are built offline from
+  the topics, :mod:`streams.service.proofs`);
+- the retained size grows by a bounded number of bytes per event (~170 B on CPython 3.11 with
+  this stream, mostly its checkpoints and consumptions, ~130 B with the changes proposed in
+  bench/memory_patches/; a regression that kept each event, or each event's chain hash, would
+  add 100 B or more).
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import types
+
+from streams.app.referee import Referee
+from streams.codec import Codec
+from streams.core import merkle
+from streams.core.cohorts import CohortRouter
+from streams.core.commitment import event_leaf
+from streams.core.events import Envelope, parse_event
+from streams.testing.cohort import chain_events, generate_cohorts
+
+T0 = 1_760_000_000_000
+_OPAQUE = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.CodeType,
+           types.MethodType)
+
+
+def _reachable(root):
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        o = stack.pop()
+        if id(o) in seen or isinstance(o, _OPAQUE):
+            continue
+        seen.add(id(o))
+        yield o
+        stack.extend(gc.get_referents(o))
+
+
+def _size(root) -> int:
+    return sum(sys.getsizeof(o) for o in _reachable(root))
+
+
+def _fold(n_marks: tuple[int, ...], codec_round_trip: bool = True):
+    """Fold the kill -9 test's kind of stream through a Referee as the worker does; yields
+    (events folded, referee, {cohort: accepted leaves}) at each mark."""
+    codec = Codec()
+    referee = Referee()
+    router = CohortRouter()
+    leaves: dict[str, list[bytes]] = {}
+    events = chain_events(generate_cohorts(jobs=120, cohort_size=20, steps=1000, seed=5, divergence_rate=0.1,
+                                           exploit_every=40, exploit_prob=0.6, alias_prob=0.05, t0=T0))
+    n = 0
+    for d in events:
+        if codec_round_trip:  # the worker folds what it decodes: fresh strings per event
+            d = codec.decode_event(codec.encode_event(d))
+        ev = parse_event(d)
+        cohort = router.route(ev)
+        handled = referee.handle(cohort, ev, T0 + n // 100 * 50, partition=0, publish=True)
+        if handled.result.accepted:
+            leaves.setdefault(cohort, []).append(event_leaf(ev))
+        n += 1
+        if n % 2000 == 0:
+            referee.commitments(T0 + n // 100 * 50)
+        if n in n_marks:
+            yield n, referee, leaves
+            if n == max(n_marks):
+                return
+    raise AssertionError(f"the stream has only {n} events")
+
+
+def test_the_referee_keeps_no_event_and_only_the_fold_logs_frontier():
+    for _n, referee, leaves in _fold((6000,)):
+        gc.collect()
+        objs = list(_reachable(referee))
+        assert not [o for o in objs if isinstance(o, Envelope)]
+        hashes = [o for o in objs if isinstance(o, bytes) and len(o) == merkle.HASH_SIZE]
+        frontier = 0
+        for cohort, lin in referee.engines.items():
+            assert lin.log.size == len(leaves[cohort])
+            assert len(lin.log.nodes) == bin(lin.log.size).count("1")
+            assert lin.log.root() == merkle.root(leaves[cohort])
+            frontier += len(lin.log.nodes)
+        assert len(hashes) == frontier
+
+
+def test_retained_bytes_per_folded_event_are_bounded():
+    sizes = {}
+    for n, referee, _leaves in _fold((4000, 14000)):
+        gc.collect()
+        sizes[n] = _size(referee)
+    per_event = (sizes[14000] - sizes[4000]) / 10000
+    assert 0 < per_event < 250, per_event
