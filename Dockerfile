@@ -7,5 +7,13 @@ COPY pyproject.toml README.md* ./
 COPY streams ./streams
 COPY schemas ./schemas
 ENV TRAINTRACE_SCHEMAS_DIR=/app/schemas
-RUN pip install .
+# RocksDB is the worker's default table store (--store rocksdb): install it with its extra
+RUN pip install ".[rocksdb]"
+# in a container the HTTP views must bind every interface to be reachable through a published
+# port; the worker's tables live on a volume
+ENV TRAINTRACE_WEB_HOST=0.0.0.0 TRAINTRACE_WEB_PORT=6066 TRAINTRACE_WORKER_DIR=/data/worker
+VOLUME ["/data"]
+EXPOSE 6066
+HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=6 \
+  CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/health' % os.environ.get('TRAINTRACE_WEB_PORT', '6066'), timeout=4)"]
 CMD ["traintrace", "worker"]

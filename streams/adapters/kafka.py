@@ -47,7 +47,7 @@ class TopicNames:
     manifests: str = "lineage.manifests"
     commitments: str = "lineage.commitments"
     dlq: str = "lineage.dlq"
-    # internal: events routed by cohort (EventBatch), checkpoint statuses (compacted)
+    # internal: events routed by cohort (EventBatch, kept), checkpoint statuses (compacted)
     by_cohort: str = "lineage.by-cohort"
     checkpoints: str = "lineage.checkpoints"
 
@@ -65,7 +65,10 @@ class TopicNames:
         return {name: getattr(self, name) for name in _TOPIC_FIELDS}
 
 
-def producer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
+def producer_config(bootstrap: str, client_id: str | None = None, **overrides: Any) -> dict[str, Any]:
+    """A confluent-kafka producer's config. ``client.id``: ``client_id``, else
+    ``TRAINTRACE_CLIENT_ID`` (a worker sets it to its own, ``WorkerSettings.use_client_id``),
+    else librdkafka's default."""
     conf = {
         "bootstrap.servers": bootstrap,
         "partitioner": "murmur2_random",
@@ -75,11 +78,16 @@ def producer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
         "compression.type": "lz4",
         "logger": client_logger,
     }
+    client_id = client_id or os.environ.get("TRAINTRACE_CLIENT_ID")
+    if client_id:
+        conf["client.id"] = client_id
     conf.update(overrides)
     return conf
 
 
-def consumer_config(bootstrap: str, group_id: str, **overrides: Any) -> dict[str, Any]:
+def consumer_config(bootstrap: str, group_id: str, client_id: str | None = None,
+                    **overrides: Any) -> dict[str, Any]:
+    """A confluent-kafka consumer's config; ``client.id`` as in :func:`producer_config`."""
     conf = {
         "bootstrap.servers": bootstrap,
         "group.id": group_id,
@@ -88,6 +96,9 @@ def consumer_config(bootstrap: str, group_id: str, **overrides: Any) -> dict[str
         "isolation.level": "read_committed",
         "logger": client_logger,
     }
+    client_id = client_id or os.environ.get("TRAINTRACE_CLIENT_ID")
+    if client_id:
+        conf["client.id"] = client_id
     conf.update(overrides)
     return conf
 
@@ -121,21 +132,161 @@ def ensure_topics(bootstrap: str, topics: Iterable[tuple[str, int, dict[str, str
     raise KafkaAdapterError(f"topics {sorted(wanted)} did not get leaders within {timeout}s")
 
 
-def standard_topics(names: TopicNames, partitions: int = 8) -> list[tuple[str, int, dict[str, str] | None]]:
-    """Every topic of the pipeline with its partition count and config."""
+#: the topics (fields of :class:`TopicNames`) the audit or a worker's recovery reads: every record
+#: of them is kept (``retention.ms=-1``, ``retention.bytes=-1``, ``cleanup.policy=delete``) unless
+#: the user chooses a finite retention (``TRAINTRACE_RETENTION_MS``) because they archive with
+#: ``traintrace export``. ``lineage.manifests`` is not compacted (SPEC §3 says "compacted": a
+#: deliberate deviation, the audit needs every manifest version).
+AUDIT_TOPICS = ("events", "by_cohort", "control", "manifests", "commitments", "dlq")
+RETENTION_ENV = "TRAINTRACE_RETENTION_MS"
+KEEP_FOREVER = -1
+
+
+def retention_from_env() -> int:
+    """``TRAINTRACE_RETENTION_MS`` (ms; -1, the default, keeps everything)."""
+    raw = os.environ.get(RETENTION_ENV, "").strip()
+    if not raw:
+        return KEEP_FOREVER
+    try:
+        value = int(raw)
+    except ValueError:
+        raise KafkaAdapterError(f"{RETENTION_ENV}={raw!r} is not a number of milliseconds "
+                                f"(-1 keeps everything)") from None
+    if value < KEEP_FOREVER or value == 0:
+        raise KafkaAdapterError(f"{RETENTION_ENV}={raw} is not a retention: give milliseconds > 0, "
+                                f"or -1 to keep everything")
+    return value
+
+
+def audit_topic_config(retention_ms: int = KEEP_FOREVER) -> dict[str, str]:
+    """The config of a topic the audit or recovery reads: nothing expires (by default) or is
+    compacted away."""
+    return {"cleanup.policy": "delete", "retention.ms": str(retention_ms), "retention.bytes": "-1"}
+
+
+def standard_topics(names: TopicNames, partitions: int = 8,
+                    retention_ms: int | None = None) -> list[tuple[str, int, dict[str, str] | None]]:
+    """Every topic of the pipeline with its partition count and config.
+
+    ``retention_ms``: of the topics the audit or recovery reads (:data:`AUDIT_TOPICS`); default
+    :func:`retention_from_env`, i.e. -1 (kept forever) unless ``TRAINTRACE_RETENTION_MS`` says
+    otherwise. ``lineage.checkpoints`` (a latest-status view) is compacted; ``lineage.alerts``
+    (not audited) gets the broker's defaults."""
+    if retention_ms is None:
+        retention_ms = retention_from_env()
+    keep = audit_topic_config(retention_ms)
     compact = {"cleanup.policy": "compact"}
-    keep = {"retention.ms": "-1"}  # the event-sourced internal log is kept whole
     small = max(1, partitions // 2)
     return [
-        (names.events, partitions, None),
-        (names.control, partitions, None),
+        (names.events, partitions, dict(keep)),
+        (names.control, partitions, dict(keep)),
         (names.alerts, small, None),
-        (names.manifests, small, compact),
-        (names.commitments, small, None),  # every commitment is kept for audits
-        (names.dlq, small, None),
-        (names.by_cohort, partitions, keep),
+        (names.manifests, small, dict(keep)),  # every version: not compacted (see AUDIT_TOPICS)
+        (names.commitments, small, dict(keep)),
+        (names.dlq, small, dict(keep)),
+        (names.by_cohort, partitions, dict(keep)),  # the processor's input: the fold order
         (names.checkpoints, partitions, compact),
     ]
+
+
+@dataclass(frozen=True)
+class RetentionFinding:
+    """A setting of a topic the audit or recovery reads under which records would be lost."""
+
+    topic: str
+    setting: str
+    value: str
+    consequence: str
+
+    def describe(self) -> str:
+        return f"topic {self.topic} has {self.setting}={self.value}: {self.consequence}"
+
+
+class FiniteRetentionError(KafkaAdapterError):
+    """A topic the audit or recovery reads would lose records (finite retention, compaction).
+
+    ``str()`` is one line: the first finding, how to fix it (``kafka-configs.sh``), how many more."""
+
+    def __init__(self, findings: list[RetentionFinding], bootstrap: str = "BOOTSTRAP"):
+        self.findings = list(findings)
+        first = self.findings[0]
+        fix = (f"keep it with `kafka-configs.sh --bootstrap-server {bootstrap} --alter --entity-type topics "
+               f"--entity-name {first.topic} --add-config "
+               f"retention.ms=-1,retention.bytes=-1,cleanup.policy=delete`")
+        more = len(self.findings) - 1
+        tail = f" ({more} more such setting{'s' if more > 1 else ''})" if more else ""
+        super().__init__(f"{first.describe()}{tail}; {fix}")
+
+
+def _days(ms: int) -> str:
+    days = ms / 86_400_000
+    return f"{days:.3g} day{'s' if days != 1 else ''}" if days >= 1 else f"{ms / 3_600_000:.3g} h"
+
+
+def retention_findings(bootstrap: str, names: TopicNames, retention_ms: int = KEEP_FOREVER,
+                       timeout: float = 30.0) -> list[RetentionFinding]:
+    """Every setting of the existing :data:`AUDIT_TOPICS` under which records would be lost
+    (``AdminClient.describe_configs``, effective values, broker defaults included): compaction,
+    ``retention.bytes`` other than -1, ``retention.ms`` other than -1 -- or, when the user chose a
+    finite ``retention_ms``, shorter than that. Topics that do not exist are skipped."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": client_logger})
+    wanted = [getattr(names, field) for field in AUDIT_TOPICS]
+    try:
+        existing = set(admin.list_topics(timeout=timeout).topics)
+    except KafkaException as exc:
+        raise KafkaAdapterError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
+    resources = [ConfigResource(ResourceType.TOPIC, t) for t in wanted if t in existing]
+    if not resources:
+        return []
+    configs: dict[str, dict[str, Any]] = {}
+    for res, fut in admin.describe_configs(resources, request_timeout=timeout).items():
+        try:
+            configs[res.name] = fut.result()
+        except KafkaException as exc:
+            raise KafkaAdapterError(f"cannot read the config of topic {res.name}: {exc}") from exc
+    out: list[RetentionFinding] = []
+    for topic in wanted:
+        conf = configs.get(topic)
+        if conf is not None:
+            out += topic_config_findings(topic, {k: None if e.value is None else str(e.value)
+                                                 for k, e in conf.items()}, retention_ms)
+    return out
+
+
+def topic_config_findings(topic: str, config: dict[str, str | None],
+                          retention_ms: int = KEEP_FOREVER) -> list[RetentionFinding]:
+    """The settings of one audit topic's effective ``config`` under which records would be lost."""
+    out: list[RetentionFinding] = []
+    policy = config.get("cleanup.policy") or "delete"
+    if "compact" in [p.strip() for p in policy.strip("[]").split(",")]:
+        out.append(RetentionFinding(topic, "cleanup.policy", policy,
+                                    "older records of a key would be compacted away"))
+    ms = config.get("retention.ms")
+    if ms is not None:
+        try:
+            ms_value = int(ms)
+        except ValueError:
+            ms_value = KEEP_FOREVER
+        if ms_value >= 0 and (retention_ms < 0 or ms_value < retention_ms):
+            wish = "" if retention_ms < 0 else f", shorter than the {retention_ms} ms asked for"
+            out.append(RetentionFinding(topic, "retention.ms", ms,
+                                        f"the audit trail would expire after {_days(ms_value)}{wish}"))
+    by = config.get("retention.bytes")
+    if by is not None and by.lstrip("-").isdigit() and int(by) >= 0:
+        out.append(RetentionFinding(topic, "retention.bytes", by,
+                                    "the audit trail would be cut at that size per partition"))
+    return out
+
+
+def check_audit_retention(bootstrap: str, names: TopicNames, retention_ms: int = KEEP_FOREVER,
+                          timeout: float = 30.0) -> None:
+    """Raise :class:`FiniteRetentionError` (one line: topic, setting, value, the fix) when a topic
+    the audit or recovery reads would lose records (:func:`retention_findings`)."""
+    findings = retention_findings(bootstrap, names, retention_ms, timeout)
+    if findings:
+        raise FiniteRetentionError(findings, bootstrap)
 
 
 def seed_group_offsets(bootstrap: str, group_id: str, topics: Iterable[str], timeout: float = 10.0) -> int:

@@ -11,7 +11,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from streams.cli.common import fail
 from streams.cli.publish import bootstrap_option, operator_errors, read_bootstrap, topic_prefix_option, topics_for
 from streams.service.auditlog import TOPICS, Until, parse_offsets, parse_time
-from streams.service.export import DEFAULT_TOPICS
+from streams.service.export import CODECS, DEFAULT_TOPICS
 
 
 def until_options(f):
@@ -41,16 +41,21 @@ def make_until(until_time: str | None, until_offsets: str | None) -> Until | Non
 @click.option("--topics", "topic_list", default=",".join(DEFAULT_TOPICS), show_default=True,
               help=f"Logical topics to export, comma-separated, of: {', '.join(TOPICS)}.")
 @until_options
+@click.option("--codec", type=click.Choice(CODECS), default=None,
+              help="Avro container codec: null (uncompressed, readable by any Avro reader without extra "
+                   "libraries), deflate, or snappy (fastavro needs cramjam to read it). "
+                   "[default: snappy when cramjam is installed, else deflate]")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @bootstrap_option
 @topic_prefix_option
-def export(out: str, topic_list: str, until_time: str | None, until_offsets: str | None, as_json: bool,
-           bootstrap: str | None, topic_prefix: str | None) -> None:
+def export(out: str, topic_list: str, until_time: str | None, until_offsets: str | None, codec: str | None,
+           as_json: bool, bootstrap: str | None, topic_prefix: str | None) -> None:
     """Write the pipeline's topics to an Avro archive an auditor can check offline.
 
     Every record is kept byte for byte with its topic, partition, offset and timestamp, read
     from the beginning with read_committed up to the topic's end when the export starts (or
-    --until). The archive embeds the schemas of every record type. Check it with
+    --until). The archive embeds the schemas of every record type; it is snappy-compressed when
+    cramjam is installed (--codec null: uncompressed). Check it with
     `traintrace audit FILE`; draw it with `traintrace report FILE`.
     """
     topics = tuple(t.strip() for t in topic_list.split(",") if t.strip())
@@ -75,14 +80,17 @@ def export(out: str, topic_list: str, until_time: str | None, until_offsets: str
                 if n % 500 == 0:
                     progress.update(tasks[topic], completed=n)
 
-            summary = run_export(bootstrap, names, out, until, topics, tick)
+            try:
+                summary = run_export(bootstrap, names, out, until, topics, tick, codec=codec)
+            except ValueError as exc:  # snappy without cramjam
+                fail(str(exc))
     result = summary.as_dict()
     if as_json:
         click.echo(json.dumps(result, indent=2, sort_keys=True))
         return
     c = Console()
-    c.print(f"wrote [bold]{result['total']}[/bold] records ({result['bytes']:,} bytes) to {out} "
-            f"in {result['seconds']:.1f}s")
+    c.print(f"wrote [bold]{result['total']}[/bold] records ({result['bytes']:,} bytes, {result['codec']}) "
+            f"to {out} in {result['seconds']:.1f}s")
     for t, n in result["records"].items():
         c.print(f"  {t:<12} {n:>8}  {getattr(names, TOPICS[t])}", highlight=False)
     c.print(f"check it: traintrace audit {out}")

@@ -52,18 +52,32 @@ from streams.cli.common import bootstrap_option, err_console, fail, resolve_boot
 @click.option("--reset-data-dir", is_flag=True, envvar="TRAINTRACE_RESET_DATA_DIR",
               help="Take over a data directory of another app id: discard its table cache (rebuilt from the "
                    "changelog). [env TRAINTRACE_RESET_DATA_DIR]")
+@click.option("--retention-ms", type=click.IntRange(min=-1), envvar="TRAINTRACE_RETENTION_MS", default=-1,
+              show_default=True,
+              help="Retention of the topics the audit and recovery read (events, by-cohort, control, manifests, "
+                   "commitments, dlq) when it creates them; -1 keeps everything. A finite value (if you archive "
+                   "with `traintrace export`) is also the least accepted on existing topics. "
+                   "[env TRAINTRACE_RETENTION_MS]")
+@click.option("--allow-finite-retention", is_flag=True, envvar="TRAINTRACE_ALLOW_FINITE_RETENTION",
+              help="Run even when those topics would lose records (finite retention, compaction): warn "
+                   "instead of refusing. [env TRAINTRACE_ALLOW_FINITE_RETENTION]")
 @core_options
 def worker(bootstrap, topic_prefix, app_id, partitions, data_dir, store, web_port, web_host, grace_seconds, ack_timeout,
-           commitment_interval, commit_interval, session_timeout, loglevel, signing_key, reset_data_dir, window, spike_factor, taint_margin) -> None:
+           commitment_interval, commit_interval, session_timeout, loglevel, signing_key, reset_data_dir,
+           retention_ms, allow_finite_retention, window, spike_factor, taint_margin) -> None:
     """Run a processor worker: route lineage.events by cohort, fold each cohort through the
     lineage core, publish commands, manifests, alerts and commitments.
 
     Start several (each with its own --web-port and --data-dir) to spread the partitions.
-    Creates the topics it needs. Stops cleanly on Ctrl-C / SIGTERM.
+    Creates the topics it needs, and refuses to run when a topic the audit or recovery reads
+    would lose records (finite retention, compaction) unless --allow-finite-retention.
+    Stops cleanly on Ctrl-C / SIGTERM.
     """
     from streams.adapters.kafka import (
+        FiniteRetentionError,
         KafkaAdapterError,
         TopicNames,
+        check_audit_retention,
         ensure_topics,
         seed_group_offsets,
         standard_topics,
@@ -81,13 +95,25 @@ def worker(bootstrap, topic_prefix, app_id, partitions, data_dir, store, web_por
             from rich.markup import escape
 
             fail(escape(str(exc)))
+    if retention_ms == 0:
+        fail("--retention-ms 0 would delete the audit trail at once: give milliseconds > 0, or -1 to keep everything")
     bootstrap, _ = resolve_bootstrap(bootstrap)
     topics = TopicNames.from_env(topic_prefix)
+    from rich.markup import escape
+
     try:
-        ensure_topics(bootstrap, standard_topics(topics, partitions))
+        ensure_topics(bootstrap, standard_topics(topics, partitions, retention_ms=retention_ms))
+        try:  # the audit trail must not expire: refuse a log that would lose records (one line)
+            check_audit_retention(bootstrap, topics, retention_ms)
+        except FiniteRetentionError as exc:
+            if not allow_finite_retention:
+                fail(escape(f"{exc}; or pass --allow-finite-retention [env TRAINTRACE_ALLOW_FINITE_RETENTION=1]"))
+            for finding in exc.findings:
+                err_console.print(f"traintrace worker: warning: {escape(finding.describe())} "
+                                  f"(--allow-finite-retention)", highlight=False, soft_wrap=True)
         seed_group_offsets(bootstrap, app_id, [topics.events, topics.by_cohort])
     except KafkaAdapterError as exc:
-        fail(str(exc))
+        fail(escape(str(exc)))
     settings = WorkerSettings(
         bootstrap=bootstrap, topics=topics, app_id=app_id, partitions=partitions,
         data_dir=data_dir or Path(f".traintrace/worker-{web_port}"),
@@ -99,8 +125,6 @@ def worker(bootstrap, topic_prefix, app_id, partitions, data_dir, store, web_por
         signing_key=signing_key,
     )
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    from rich.markup import escape
-
     from streams.app.datadir import prepare_data_dir
 
     try:  # a data dir of another app id, or a table cache of another Kafka log (Faust's ConsistencyError)

@@ -12,12 +12,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from streams.adapters.archive import LogRecord, write_archive
+from streams.adapters.archive import LogRecord, default_codec, write_archive
 from streams.codec import Codec
 from streams.service.auditlog import TOPICS, Until
 
 #: what ``export`` writes by default: the log, the processor's input order and its outputs
 DEFAULT_TOPICS = ("events", "input", "control", "manifests", "commitments", "dlq")
+#: Avro container codecs ``export`` offers: ``null`` (uncompressed: any Avro reader, no extra
+#: library), ``deflate`` (zlib, every Avro implementation), ``snappy`` (needs ``cramjam`` for
+#: fastavro, to write and to read); default :func:`streams.adapters.archive.default_codec`
+CODECS = ("null", "deflate", "snappy")
 
 
 @dataclass
@@ -27,10 +31,12 @@ class ExportSummary:
     bytes: int = 0
     seconds: float = 0.0
     until: dict[str, Any] | None = None
+    codec: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {"path": self.path, "records": self.records, "total": sum(self.records.values()),
-                "bytes": self.bytes, "seconds": round(self.seconds, 3), "until": self.until}
+                "bytes": self.bytes, "seconds": round(self.seconds, 3), "until": self.until,
+                "codec": self.codec}
 
 
 def embedded_schemas(codec: Codec | None = None) -> dict[str, Any]:
@@ -44,12 +50,24 @@ def embedded_schemas(codec: Codec | None = None) -> dict[str, Any]:
 
 def export(bootstrap: str, names: Any, path: str, until: Until | None = None,
            topics: tuple[str, ...] = DEFAULT_TOPICS,
-           progress: Callable[[str, int], None] | None = None) -> ExportSummary:
-    """Write ``topics`` (logical names, see :data:`streams.service.auditlog.TOPICS`) to ``path``."""
+           progress: Callable[[str, int], None] | None = None, codec: str | None = None) -> ExportSummary:
+    """Write ``topics`` (logical names, see :data:`streams.service.auditlog.TOPICS`) to ``path``.
+
+    ``codec``: the Avro container codec, one of :data:`CODECS` (default: snappy when ``cramjam``
+    is installed, else deflate); ``"null"`` writes an uncompressed archive any Avro reader opens."""
     from streams.adapters.reader import TopicNotFound, read_to_end
 
+    codec = codec or default_codec()
+    if codec not in CODECS:
+        raise ValueError(f"unknown codec {codec!r}: choose from {', '.join(CODECS)}")
+    if codec == "snappy":
+        try:
+            import cramjam  # noqa: F401  (fastavro's snappy support)
+        except ImportError:
+            raise ValueError("codec snappy needs the cramjam package (pip install cramjam); "
+                             "or choose null or deflate") from None
     t0 = time.perf_counter()
-    summary = ExportSummary(path, {t: 0 for t in topics}, until=until.describe() if until else None)
+    summary = ExportSummary(path, {t: 0 for t in topics}, until=until.describe() if until else None, codec=codec)
 
     def records() -> Iterator[LogRecord]:
         for logical in topics:
@@ -76,7 +94,7 @@ def export(bootstrap: str, names: Any, path: str, until: Until | None = None,
         "schemas": embedded_schemas(),
     }
     tmp = f"{path}.partial"
-    write_archive(tmp, records(), meta)
+    write_archive(tmp, records(), meta, codec=codec)
     os.replace(tmp, path)
     summary.bytes = os.path.getsize(path)
     summary.seconds = time.perf_counter() - t0
