@@ -4,7 +4,8 @@ It takes raw records of ``lineage.events`` (keyed by job_id), decodes and valida
 itself (an undecodable or invalid record becomes a dead letter with the reason; it never
 raises), and groups the valid ones by cohort, in order, for the internal topic keyed by
 cohort_id. The job → cohort map is whatever mapping it is given (a Faust table live, a dict in
-tests).
+tests). A record's Kafka headers come with it (``RawRecord.headers``): a dead letter keeps them
+(``DeadLetterRecord.original_headers``; the outbox writes them ``original.``-prefixed).
 """
 
 from __future__ import annotations
@@ -26,19 +27,32 @@ class RawRecord:
     key: bytes | None
     value: bytes | None
     timestamp: int | None = None
+    #: the record's Kafka headers as the consumer gave them (pairs or a mapping; None: none)
+    headers: Any = None
+
+
+class DeadLetterRecord(dict):
+    """A ``DeadLetter`` record dict (exactly its Avro fields), with the Kafka headers of the
+    record it is about beside it (not a field: they go out as headers of the dead letter)."""
+
+    __slots__ = ("original_headers",)
+
+    def __init__(self, fields: dict[str, Any], original_headers: Any = None) -> None:
+        super().__init__(fields)
+        self.original_headers = original_headers
 
 
 @dataclass
 class Routed:
     #: cohort_id -> [RoutedEvent dicts] in source order
     batches: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    #: DeadLetter record dicts
+    #: DeadLetter record dicts (DeadLetterRecord: with the original record's headers)
     dead: list[dict[str, Any]] = field(default_factory=list)
     events: int = 0
 
 
-def dead_letter(rec: RawRecord, error_kind: str, reason: str, now_ms: int) -> dict[str, Any]:
-    return {
+def dead_letter(rec: RawRecord, error_kind: str, reason: str, now_ms: int) -> DeadLetterRecord:
+    return DeadLetterRecord({
         "original_topic": rec.topic,
         "original_partition": rec.partition,
         "original_offset": rec.offset,
@@ -47,7 +61,7 @@ def dead_letter(rec: RawRecord, error_kind: str, reason: str, now_ms: int) -> di
         "reason": reason,
         "error_kind": error_kind,
         "ts": now_ms,
-    }
+    }, rec.headers)
 
 
 class Router:

@@ -18,6 +18,8 @@
   identical, and the processor drops identical duplicates.
 - A background thread serves the delivery reports (``poll``); :meth:`Delivery.flush` waits until
   nothing is pending.
+- Each event goes out with the Kafka headers it is given (``send(seq, value, headers)``: its
+  type and schema, :mod:`streams.codec.headers`), on every resend too.
 - ``buffer_max`` bounds the events kept unacknowledged: :meth:`wait_capacity` blocks the caller
   (up to a timeout) while it is reached — the training loop waits for Kafka rather than drop
   part of its record.
@@ -60,6 +62,7 @@ class Delivery:
         self.on_ack = on_ack
         self._cond = threading.Condition()
         self._unacked: dict[int, bytes] = {}   # seq -> bytes, until delivered
+        self._headers: dict[int, list] = {}    # seq -> its Kafka headers (when it has any)
         self._resend = False                   # a delivery failed: resend everything unacked
         self._resend_at = 0.0
         self._fatal = False
@@ -101,10 +104,13 @@ class Delivery:
                 self._cond.wait(0.5 if left is None else min(0.5, left))
             return True
 
-    def send(self, seq: int, value: bytes) -> None:
-        """Hand one event to the producer (or to the next resend, while one is due)."""
+    def send(self, seq: int, value: bytes, headers: list | None = None) -> None:
+        """Hand one event (and its Kafka headers) to the producer (or to the next resend, while
+        one is due)."""
         with self._cond:
             self._unacked[seq] = value
+            if headers:
+                self._headers[seq] = headers
             if not self._resend:
                 self._produce(seq, value)
 
@@ -132,10 +138,13 @@ class Delivery:
 
     def _produce(self, seq: int, value: bytes) -> None:
         """Produce under self._cond (so sends and resends never interleave)."""
+        headers = self._headers.get(seq)
+        extra = {"headers": headers} if headers else {}
         while True:
             try:
                 self._producer.produce(self.topic, key=self.key, value=value,
-                                       on_delivery=lambda err, msg, seq=seq: self._on_delivery(seq, err))
+                                       on_delivery=lambda err, msg, seq=seq: self._on_delivery(seq, err),
+                                       **extra)
                 return
             except BufferError:  # librdkafka's queue is full (it is sized above buffer_max)
                 self._cond.release()
@@ -153,6 +162,7 @@ class Delivery:
             if err is None:
                 if self._unacked.pop(seq, None) is not None:
                     self.acked += 1
+                self._headers.pop(seq, None)
                 self.down_since = None
                 self._cond.notify_all()
             else:

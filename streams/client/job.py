@@ -194,7 +194,7 @@ class JobClient:
             resend, self._journal.unacked = self._journal.unacked, []
             for e in resend:
                 self._entries[e.seq] = e
-                self._delivery.send(e.seq, e.value)
+                self._delivery.send(e.seq, e.value, self._event_headers(e.type))
             if resend:
                 log.info("traintrace client %s: sending again %d event(s) not acknowledged before the "
                          "last exit (seq %d..%d)", job_id, len(resend), resend[0].seq, resend[-1].seq)
@@ -406,9 +406,17 @@ class JobClient:
                              fields.get("command_id") if etype == "RolledBack" else None)
             self._journal.append(entry)        # durable before the producer sees it
             self._entries[seq] = entry
-            self._delivery.send(seq, value)
+            self._delivery.send(seq, value, self.codec.headers.event(etype))
             self._maybe_compact()
             return ev
+
+    def _event_headers(self, etype: str) -> list | None:
+        """The Kafka headers of an event of type ``etype`` (None for a type this codec does not
+        know: a journal entry of another version is sent again without them)."""
+        try:
+            return self.codec.headers.event(etype)
+        except KeyError:
+            return None
 
     def _maybe_compact(self) -> None:
         pending = self._delivery.pending()

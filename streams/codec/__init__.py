@@ -18,6 +18,10 @@ Public API::
     EncodeError(field, message)    .field names the offending field ("type" for the type)
     SchemaRegistryUnavailable      registry configured but unreachable (retry, do not dead-letter)
     SchemaSet, SchemaInfo, default_schema_set(), schema_fingerprint()
+    Codec.headers: RecordHeaders   .record(name) / .event(type) / .for_value(bytes) /
+        .dead_letter(kind, original_headers) -> [(key, bytes)], computed once per name
+        (``traintrace.type``, ``traintrace.schema-fingerprint``, ``traintrace.schema-version``,
+        ``content-type``; see streams.codec.headers)
 
 Canonical form: an event is the flat dict of the JSON Lines test vectors (envelope, ``"type"``,
 the type's fields); a record is its fields plus ``"type"`` (its record name).
@@ -46,6 +50,7 @@ from .errors import (
     EncodeError,
     SchemaRegistryUnavailable,
 )
+from .headers import RecordHeaders
 from .registry import REGISTRY_URL_ENV
 from .schemas import (
     AGENT_RECORDS,
@@ -85,6 +90,7 @@ __all__ = [
     "EncodeError",
     "NAMESPACE",
     "REGISTRY_URL_ENV",
+    "RecordHeaders",
     "SINGLE_OBJECT",
     "SchemaInfo",
     "SchemaRegistryUnavailable",

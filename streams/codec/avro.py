@@ -29,6 +29,7 @@ from fastavro import schemaless_reader, schemaless_writer
 
 from . import errors as E
 from .errors import DecodeError, EncodeError
+from .headers import RecordHeaders
 from .registry import RegistryBinding, registry_url_from_env
 from .registry import registry_client as _registry_client
 from .schemas import AGENT_RECORDS, EVENT_RECORD, SchemaInfo, SchemaSet, default_schema_set
@@ -138,6 +139,8 @@ class Codec:
         if wire_format == SINGLE_OBJECT:
             for name, info in self.schemas.readers.items():
                 self._headers[name] = single_object_header(info.fingerprint)
+        #: the Kafka headers of each record name and event type (streams.codec.headers)
+        self.headers = RecordHeaders(self)
 
     # -- encoding -------------------------------------------------------------------------------
 

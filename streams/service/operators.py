@@ -74,7 +74,7 @@ class PublishResult:
                 "skipped": [str(s) for s in self.skipped]}
 
 
-_LEN = struct.Struct(">II")
+_LEN = struct.Struct(">IIB")  # key length, value length, index of the event type in codec.event_types
 
 #: progress(phase, done, total): phase "reading" counts bytes of the input (total 0 when
 #: unknown, e.g. stdin), phase "publishing" counts records delivered.
@@ -83,7 +83,8 @@ ProgressFn = Callable[[str, int, int], None]
 
 def _spool_events(path: str, codec: Codec, spool: IO[bytes], skip_invalid: bool,
                   progress: ProgressFn | None) -> tuple[Counter[str], list[LineError], int]:
-    """Validate and encode every line into ``spool`` (length-prefixed key, value).
+    """Validate and encode every line into ``spool`` (length-prefixed key, value; the index of
+    its type in ``codec.event_types``, for its headers).
 
     Nothing is produced before the whole input is known to be good, so a bad line publishes
     nothing (unless ``skip_invalid``).
@@ -112,7 +113,7 @@ def _spool_events(path: str, codec: Codec, spool: IO[bytes], skip_invalid: bool,
                 else:
                     bad = None
                     key = d["job_id"].encode("utf-8")
-                    spool.write(_LEN.pack(len(key), len(value)))
+                    spool.write(_LEN.pack(len(key), len(value), codec.event_types.index(d["type"])))
                     spool.write(key)
                     spool.write(value)
                     by_type[d["type"]] += 1
@@ -166,7 +167,8 @@ def publish_file(path: str, bootstrap: str, topics: TopicNames, codec: Codec | N
     :class:`JsonlError` naming file, line and field and publishes nothing, unless
     ``skip_invalid`` (then it is skipped and listed in the result). Each event is produced as
     ``codec.encode_event(event_to_dict(event))``, keyed by ``job_id`` (UTF-8), in file order, by
-    one idempotent producer (so a job's events stay in order in their partition). Raises
+    one idempotent producer (so a job's events stay in order in their partition), with the
+    Kafka headers of its type (``codec.headers.event``: ``traintrace.type``, ...). Raises
     :class:`OperatorError` when any delivery fails or does not complete within ``timeout``;
     :class:`TopicNotFound` / :class:`BrokerUnreachable` before reading the file when the topic
     is missing or Kafka cannot be reached (the topic is never auto-created).
@@ -177,12 +179,13 @@ def publish_file(path: str, bootstrap: str, topics: TopicNames, codec: Codec | N
     with tempfile.TemporaryFile(prefix="traintrace-publish-") as spool:
         by_type, skipped, count = _spool_events(path, codec, spool, skip_invalid, progress)
         spool.seek(0)
-        delivered = _produce_spool(spool, count, bootstrap, topic, timeout, progress)
+        headers = [codec.headers.event(t) for t in codec.event_types]
+        delivered = _produce_spool(spool, count, bootstrap, topic, timeout, progress, headers)
     return PublishResult(topic, delivered, dict(by_type), skipped)
 
 
 def _produce_spool(spool: IO[bytes], count: int, bootstrap: str, topic: str, timeout: float,
-                   progress: ProgressFn | None) -> int:
+                   progress: ProgressFn | None, headers: list[list[tuple[str, bytes]]]) -> int:
     producer = _producer(bootstrap, timeout)
     delivered = 0
     errors: list[str] = []
@@ -200,12 +203,12 @@ def _produce_spool(spool: IO[bytes], count: int, bootstrap: str, topic: str, tim
         lens = spool.read(header)
         if len(lens) < header:  # pragma: no cover - the spool is ours
             raise OperatorError("internal error: publish spool truncated")
-        klen, vlen = _LEN.unpack(lens)
+        klen, vlen, tix = _LEN.unpack(lens)
         key = spool.read(klen)
         value = spool.read(vlen)
         while True:
             try:
-                producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
+                producer.produce(topic, key=key, value=value, headers=headers[tix], on_delivery=on_delivery)
                 break
             except BufferError:  # local queue full: let deliveries drain
                 producer.poll(0.1)
@@ -406,6 +409,7 @@ def release_job(bootstrap: str, topics: TopicNames, job_id: str, operator: str |
         "issued_ts": ts,
     }
     value = codec.encode_record("HaltCommand", record)
+    headers = codec.headers.record("HaltCommand")
     producer = _producer(bootstrap, timeout)
     errors: list[str] = []
 
@@ -414,7 +418,8 @@ def release_job(bootstrap: str, topics: TopicNames, job_id: str, operator: str |
             errors.append(err.str() if hasattr(err, "str") else str(err))
 
     try:
-        producer.produce(topic, key=job_id.encode("utf-8"), value=value, on_delivery=on_delivery)
+        producer.produce(topic, key=job_id.encode("utf-8"), value=value, headers=headers,
+                         on_delivery=on_delivery)
     except KafkaException as exc:
         raise OperatorError(f"cannot produce to {topic!r} on {bootstrap}: {exc}") from exc
     remaining = producer.flush(timeout + 5)

@@ -59,7 +59,7 @@ def run_smoke(bootstrap: str, topic: str, partitions: int = 3, timeout: float = 
 
     for ev in events:
         producer.produce(topic, key=ev["job_id"].encode(), value=codec.encode_event(ev),
-                         on_delivery=on_delivery)
+                         headers=codec.headers.event(ev["type"]), on_delivery=on_delivery)
         producer.poll(0)
     if producer.flush(timeout) > 0 or errors:
         raise SmokeError(f"delivery to {topic} failed: {errors[:3] or 'flush timed out'}")
@@ -140,7 +140,8 @@ def run_live(bootstrap: str, data_dir: str, partitions: int = 3, timeout: float 
         producer = Producer(producer_config(bootstrap))
         t = time.perf_counter()
         for ev in events:
-            producer.produce(topics.events, key=ev["job_id"].encode(), value=codec.encode_event(ev))
+            producer.produce(topics.events, key=ev["job_id"].encode(), value=codec.encode_event(ev),
+                             headers=codec.headers.event(ev["type"]))
         if producer.flush(30) > 0:
             raise SmokeError("could not deliver the events")
         wait_quiescent(bootstrap, worker.app_id, topics, timeout=timeout, settle=0.5)

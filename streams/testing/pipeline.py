@@ -140,8 +140,9 @@ def new_admin(bootstrap: str) -> AdminClient:
 
 
 def produce_events(bootstrap: str, topic: str, events, codec=None) -> int:
-    """Produce event dicts to ``topic`` keyed by job_id, as fast as the client allows (waits
-    for room when its buffer is full); returns how many."""
+    """Produce event dicts to ``topic`` keyed by job_id, with the headers of their type
+    (``codec.headers.event``), as fast as the client allows (waits for room when its buffer is
+    full); returns how many."""
     from streams.codec import Codec
 
     codec = codec or Codec()
@@ -150,7 +151,8 @@ def produce_events(bootstrap: str, topic: str, events, codec=None) -> int:
     for d in events:
         while True:
             try:
-                p.produce(topic, key=d["job_id"].encode(), value=codec.encode_event(d))
+                p.produce(topic, key=d["job_id"].encode(), value=codec.encode_event(d),
+                          headers=codec.headers.event(d["type"]))
                 break
             except BufferError:
                 p.poll(0.05)
