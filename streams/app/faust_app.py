@@ -64,11 +64,16 @@ def now_ms() -> int:
 
 class Outbox:
     """Encodes emissions and produces them with one idempotent producer; ``flush`` waits for
-    every delivery and raises if any failed (the batch is then not acknowledged)."""
+    every delivery and raises if any failed (the batch is then not acknowledged).
+
+    Every record goes out with the Kafka headers naming its type and schema
+    (``streams.codec.headers``, computed once per record name); a dead letter with its error
+    kind and the original record's headers besides."""
 
     def __init__(self, settings: WorkerSettings, codec: Codec) -> None:
         self.topics = settings.topics
         self.codec = codec
+        self.headers = codec.headers
         self.producer = Producer(producer_config(settings.bootstrap, **{"linger.ms": 2}))
         self.errors: list[str] = []
 
@@ -76,10 +81,14 @@ class Outbox:
         if err is not None:
             self.errors.append(str(err))
 
-    def send(self, topic: str, key: bytes | None, value: bytes) -> None:
+    def send(self, topic: str, key: bytes | None, value: bytes, headers: list | None = None) -> None:
+        """Produce one record; ``headers`` None: those of the record ``value`` encodes (an
+        ``EventBatch``, ...), found by its frame header."""
+        if headers is None:
+            headers = self.headers.for_value(value)
         while True:
             try:
-                self.producer.produce(topic, key=key, value=value, on_delivery=self._cb)
+                self.producer.produce(topic, key=key, value=value, headers=headers, on_delivery=self._cb)
                 break
             except BufferError:
                 self.producer.poll(0.05)
@@ -87,11 +96,17 @@ class Outbox:
 
     def emit(self, em: Emission) -> None:
         topic = getattr(self.topics, em.topic)
-        self.send(topic, em.key.encode(), self.codec.encode_record(em.record, em.value))
+        self.send(topic, em.key.encode(), self.codec.encode_record(em.record, em.value),
+                  self.headers.record(em.record))
         metrics.EMITTED.labels(em.record).inc()
 
-    def dead_letter(self, record: dict[str, Any]) -> None:
-        self.send(self.topics.dlq, record.get("original_key"), self.codec.encode_record("DeadLetter", record))
+    def dead_letter(self, record: dict[str, Any], original_headers: Any = None) -> None:
+        """Produce a ``DeadLetter``; the original record's headers are ``original_headers`` or
+        those a ``DeadLetterRecord`` of the router carries."""
+        if original_headers is None:
+            original_headers = getattr(record, "original_headers", None)
+        self.send(self.topics.dlq, record.get("original_key"), self.codec.encode_record("DeadLetter", record),
+                  self.headers.dead_letter(record["error_kind"], original_headers))
         metrics.DLQ.labels(record["error_kind"]).inc()
 
     async def flush(self) -> None:
@@ -383,6 +398,8 @@ def create_app(settings: WorkerSettings) -> faust.App:
         broker_session_timeout=settings.session_timeout_s,
         broker_heartbeat_interval=max(0.5, settings.session_timeout_s / 10),
         broker_rebalance_timeout=max(20.0, settings.session_timeout_s * 2),
+        # traintrace-<host>-<web port>, also the client.id of this process's confluent-kafka clients
+        broker_client_id=settings.use_client_id(),
     )
     topics = settings.topics
     # acks=False: Faust commits nothing for the two inputs; the worker commits what it has
@@ -566,7 +583,7 @@ def create_app(settings: WorkerSettings) -> faust.App:
             # the *current event*; take_events hands a batch over, so set it per record, as
             # Faust's own per-event iteration does.
             _current_event.set(weakref.ref(e))
-            router.route_one(RawRecord(m.topic, p, o, m.key, m.value, m.timestamp), routed, now)
+            router.route_one(RawRecord(m.topic, p, o, m.key, m.value, m.timestamp, m.headers), routed, now)
             done[p] = o
             route.advance(p, o)  # (in memory only: committed once the outputs below are out)
         _current_event.set(None)
@@ -613,7 +630,15 @@ def create_app(settings: WorkerSettings) -> faust.App:
                         "original_value": routed["value"] if routed else (e.message.value or b""),
                         "reason": reason, "error_kind": kind, "ts": now_ms(),
                     }
-                    outbox.dead_letter(rec)
+                    # the original's headers: the by-cohort record's own, or (an event, whose
+                    # headers the EventBatch does not carry) those its type is written with
+                    original = e.message.headers
+                    if routed:
+                        try:
+                            original = codec.headers.event(codec.decode_event(routed["value"])["type"])
+                        except (DecodeError, KeyError):
+                            original = None
+                    outbox.dead_letter(rec, original if original is not None else ())
 
                 # the processor's time of these events is their input record's timestamp (the
                 # router's clock), as in a replay: what it decides is reproducible from the log
@@ -627,6 +652,7 @@ def create_app(settings: WorkerSettings) -> faust.App:
             for em in out:
                 outbox.emit(em)
             await outbox.flush()
+            metrics.observe_published(out)  # traintrace_divergence_to_command_seconds
             metrics.observe_referee(referee)
 
     @app.timer(interval=1.0)

@@ -1,10 +1,49 @@
-"""Prometheus metrics of a worker (served at ``/metrics`` by its web server)."""
+"""Prometheus metrics of a worker (served at ``/metrics`` by its web server).
+
+Names follow Prometheus' conventions: counters end in ``_total``, a quantity carries its base
+unit (``_seconds``, ``_records``), gauges counting things are named for what they count. No
+``_created`` series (``disable_created_metrics`` runs before any metric exists); the labelled
+series whose values are known beforehand (dead-letter kinds, record types) exist from the start
+at 0. The process's own metrics (``process_*``: CPU, memory, file descriptors, start time) and
+``python_info`` are on the same registry.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+import time
+from typing import Iterable
+
+import prometheus_client
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4 as CONTENT_TYPE
+
+from streams.codec.errors import DECODE_REASONS
+from streams.core.state import HALT_REASONS
+
+# before any metric is created: no ``<name>_created`` series (the process start time is in
+# process_start_time_seconds)
+prometheus_client.disable_created_metrics()
 
 REGISTRY = CollectorRegistry()
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
+
+#: every ``error_kind`` a dead letter of the worker can have: the codec's decode reasons, the
+#: router's (INVALID_EVENT, WRONG_KEY), the decide agent's (BAD_BATCH, a guard reason of the
+#: fold, REJECTED)
+DLQ_ERROR_KINDS: tuple[str, ...] = (*DECODE_REASONS, "INVALID_EVENT", "WRONG_KEY", "BAD_BATCH",
+                                    *HALT_REASONS, "REJECTED")
+#: every record type the worker emits (``Emission.record``)
+EMITTED_RECORDS: tuple[str, ...] = ("RollbackCommand", "QuarantineNotice", "PlanCleared", "HaltCommand",
+                                    "DivergenceManifest", "Alert", "LineageCommitment", "CheckpointStatus")
 
 ROUTED = Counter("traintrace_events_routed_total", "Events decoded, validated and routed to their cohort",
                  registry=REGISTRY)
@@ -26,8 +65,18 @@ DLQ = Counter("traintrace_dead_letters_total", "Records sent to the dead-letter 
               registry=REGISTRY)
 EMITTED = Counter("traintrace_records_emitted_total", "Records published, by record type", ["record"],
                   registry=REGISTRY)
-LAG = Gauge("traintrace_consumer_lag", "High watermark minus the next offset processed", ["topic", "partition"],
-            registry=REGISTRY)
+for _kind in DLQ_ERROR_KINDS:
+    DLQ.labels(_kind)
+for _record in EMITTED_RECORDS:
+    EMITTED.labels(_record)
+LAG = Gauge("traintrace_consumer_lag_records", "High watermark minus the next offset processed, in records",
+            ["topic", "partition"], registry=REGISTRY)
+DIVERGENCE_TO_COMMAND = Histogram(
+    "traintrace_divergence_to_command_seconds",
+    "From the input record of the event that made a plan change (its lineage.by-cohort timestamp, "
+    "the RollbackCommand's issued_ts) to the command published (flushed to lineage.control)",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0),
+    registry=REGISTRY)
 INCIDENTS = Gauge("traintrace_incidents_open", "Root incidents known to this worker", registry=REGISTRY)
 PLANS = Gauge("traintrace_plans_effective", "Jobs with an effective plan on this worker", registry=REGISTRY)
 COHORTS = Gauge("traintrace_cohorts", "Cohorts whose lineage this worker holds", registry=REGISTRY)
@@ -46,5 +95,16 @@ def observe_referee(referee) -> None:
     COHORTS.set(len(referee.engines))
 
 
+def observe_published(emissions: Iterable, published_s: float | None = None) -> None:
+    """The emissions are on the broker (flushed) at ``published_s`` (epoch seconds, default
+    now): observe each RollbackCommand's latency from its input record (``issued_ts``, ms)."""
+    if published_s is None:
+        published_s = time.time()
+    for em in emissions:
+        if em.record == "RollbackCommand":
+            DIVERGENCE_TO_COMMAND.observe(max(0.0, published_s - em.value["issued_ts"] / 1000))
+
+
 def render() -> bytes:
+    """``/metrics``: the registry in the Prometheus text format (:data:`CONTENT_TYPE`)."""
     return generate_latest(REGISTRY)

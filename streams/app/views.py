@@ -71,7 +71,8 @@ def register(app, referee, ckview, lock) -> None:
 
     @app.page("/metrics")
     async def prometheus(web, request):
-        return web.bytes(metrics.render(), content_type="text/plain; version=0.0.4")
+        # Prometheus text format 0.0.4 (what metrics.render writes), charset included
+        return web.bytes(metrics.render(), headers={"Content-Type": metrics.CONTENT_TYPE})
 
     @app.page("/health")
     async def health(web, request):
