@@ -8,6 +8,7 @@ import sys
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -161,4 +162,14 @@ def render(console: Console, report, show: int = 10) -> None:
                           highlight=False, soft_wrap=True)
         for n in c.notes[:show]:
             console.print(f"  [dim]{c.name}: {n}[/dim]", highlight=False, soft_wrap=True)
-    console.print("[bold green]AUDIT PASSED[/]" if report.passed else "[bold red]AUDIT FAILED[/]")
+    unchecked = False
+    for c in report.checks:
+        sig = c.signatures() if not c.skipped else None
+        if sig is None:
+            continue
+        # what was established about the commitments' signatures, never more
+        unchecked = not sig["trusted_keys"] and c.checked > 0
+        style = "yellow" if unchecked else ("green" if c.passed else "red")
+        console.print(f"[bold {style}]{c.name}: {escape(c.summary)}[/]", highlight=False, soft_wrap=True)
+    console.print(("[bold green]AUDIT PASSED[/]" if report.passed else "[bold red]AUDIT FAILED[/]")
+                  + (" [yellow](commitment signatures NOT checked: no --trusted-keys)[/]" if unchecked else ""))

@@ -78,9 +78,10 @@ def report(source: str, cohort: str | None, out: str, png: str | None, no_png: b
     checkpoints (tainted ones red), consumption edges (EVAL_ONLY dashed: never taints),
     divergence onsets, rollbacks and abandoned stretches (grey), the final plans' rollback targets
     (green ring, "↺ target"). The HTML is one self-contained file (nothing loaded from
-    elsewhere) with the picture as inline SVG and, beside it, the incident summary: roots and
-    verdicts, contaminated jobs with via checkpoint and path, secondary divergences, plans, the
-    commands the control topic carried (archive, kafka), halts and alerts.
+    elsewhere) with the picture as inline SVG across the page and, below it, the incident
+    summary: roots and verdicts, contaminated jobs with via checkpoint and path, secondary
+    divergences, plans, the commands the control topic carried (archive, kafka), halts, alerts
+    and the log's dead letters (original record, error kind, reason).
 
     Exit 2 when SOURCE cannot be read (missing file, bad line, not an archive, no broker) or the
     cohort is not in the log.
@@ -164,6 +165,7 @@ def report(source: str, cohort: str | None, out: str, png: str | None, no_png: b
         "events": model.events,
         "undecodable": model.undecodable,
         "control_records": model.control_records,
+        "dead_letters": len(model.dead_letters),
         "cohort_order": cohorts,
         "cohorts": {c: {**model.cohorts[c].counts(), "dropped_labels": svgs[c][1].dropped_labels,
                         "x_scale": svgs[c][1].x_scale} for c in cohorts},
@@ -180,5 +182,9 @@ def report(source: str, cohort: str | None, out: str, png: str | None, no_png: b
         con.print(f"cohort [bold]{model.cohorts[c].label}[/bold]: {k['lanes']} job(s), {k['incidents']} incident(s), "
                   f"{k['tainted_checkpoints']} tainted checkpoint(s), {k['plans']} plan(s), {k['halts']} halt(s)"
                   + (f"  → {written_png[c]}" if c in written_png else ""), highlight=False)
+    if model.dead_letters:
+        con.print(f"[yellow]{len(model.dead_letters)} dead letter(s)[/yellow] on the dead-letter topic "
+                  "(listed in the page)",
+                  highlight=False)
     con.print(f"wrote {out}" + (f" (audit {'PASSED' if audit.get('passed') else 'FAILED'})" if audit else ""),
               highlight=False)

@@ -19,7 +19,9 @@ them) and runs five checks, each with its own verdict:
                  concurrency snapshot it was decided with.
 ``commitments``  every ``LineageCommitment`` is recomputed at the fold position it covers and
                  must be equal field for field (root, heads, snapshot, fold log); with a keyring,
-                 every one must carry a valid Ed25519 signature by a trusted key.
+                 every one must carry a valid Ed25519 signature by a trusted key. Without one,
+                 no signature is verified, and the verdict line (``Check.summary``) says so:
+                 how many records are signed and unsigned, none counted as verified.
 
 What the processor decides on its own clock is checked for justification instead of equality:
 an ``UNTRACEABLE_SOURCE`` halt (issued after a grace period) must name a job that consumed a
@@ -54,7 +56,7 @@ TITLES = {
     "input": "the processor's input is the events log",
     "commands": "every command follows from the log",
     "manifests": "every manifest version follows from the log",
-    "commitments": "every commitment recomputes (and is signed)",
+    "commitments": "every commitment recomputes; with --trusted-keys, its signature verifies",
 }
 MAX_LISTED = 200  # findings kept per check (counts stay exact)
 
@@ -112,10 +114,58 @@ class Check:
     #: what was seen besides the checked records (jobs, unhashed events, …): summed over shards
     counts: dict[str, int] = field(default_factory=dict)
     skipped: bool = False
+    #: the commitments check only: whether trusted keys were given (None for the other checks),
+    #: and per record what was found (summed over shards): ``recompute`` (equal to the
+    #: recomputed one), ``signed``, ``unsigned``, ``verified``, ``rejected``, ``rejected:REASON``
+    trusted: bool | None = None
+    tally: dict[str, int] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
         return self.failed == 0
+
+    def count(self, key: str, n: int = 1) -> None:
+        self.tally[key] = self.tally.get(key, 0) + n
+
+    def signatures(self) -> dict[str, Any] | None:
+        """What is known of the commitments' signatures (the commitments check only): how many
+        were ``signed`` and ``unsigned``, and — only with trusted keys — ``verified`` (a valid
+        signature by a trusted key) or ``rejected`` (by reason); without trusted keys every
+        signed one is ``not_checked``. Nothing here is ever counted as verified unless it was."""
+        if self.trusted is None:
+            return None
+        t = self.tally
+        signed, unsigned = t.get("signed", 0), t.get("unsigned", 0)
+        return {"trusted_keys": self.trusted, "signed": signed, "unsigned": unsigned,
+                "verified": t.get("verified", 0) if self.trusted else 0,
+                "rejected": t.get("rejected", 0) if self.trusted else 0,
+                "not_checked": 0 if self.trusted else signed,
+                "rejected_by_reason": {k.split(":", 1)[1]: v for k, v in sorted(t.items())
+                                       if k.startswith("rejected:")}}
+
+    @property
+    def summary(self) -> str:
+        """The verdict line: ``PASS — …`` saying exactly what was established. For the
+        commitments: how many recompute, and how many signatures were verified — or that they
+        were NOT checked (no trusted keys), with how many records are signed and unsigned."""
+        if self.skipped:
+            return f"{self.verdict} — " + (self.notes[0] if self.notes else "nothing to check")
+        sig = self.signatures()
+        if sig is None:
+            s = f"{self.verdict} — {self.checked} checked, {self.failed} failed"
+            return s + (f", {self.warned} warning(s)" if self.warned else "")
+        ok = self.tally.get("recompute", 0)
+        head = (f"{ok} commitment{'s recompute' if ok != 1 else ' recomputes'}" if ok == self.checked
+                else f"{ok} of {self.checked} commitments recompute{'s' if ok == 1 else ''}")
+        if not sig["trusted_keys"]:
+            return (f"{self.verdict} — {head}; signatures NOT checked (no --trusted-keys): "
+                    f"{sig['signed']} signed, {sig['unsigned']} unsigned")
+        if not sig["rejected"]:
+            v = sig["verified"]
+            return f"{self.verdict} — {head}, {v} signature{'s' if v != 1 else ''} verified"
+        why = ", ".join(f"{r} {n}" for r, n in sig["rejected_by_reason"].items())
+        return (f"{self.verdict} — {head}; signatures: {sig['verified']} verified, {sig['rejected']} rejected"
+                + (f" ({why})" if why else "") + f" of {self.checked}")
 
     def fail(self, f: Finding) -> None:
         self.failed += 1
@@ -132,11 +182,17 @@ class Check:
         return "SKIPPED" if self.skipped else ("PASS" if self.passed else "FAIL")
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "title": TITLES[self.name], "verdict": self.verdict, "passed": self.passed,
-                "checked": self.checked, "failed": self.failed, "warned": self.warned,
-                "failures": [f.as_dict() for f in self.failures],
-                "warnings": [f.as_dict() for f in self.warnings], "notes": self.notes,
-                "counts": dict(sorted(self.counts.items()))}
+        out = {"name": self.name, "title": TITLES[self.name], "verdict": self.verdict, "passed": self.passed,
+               "summary": self.summary,
+               "checked": self.checked, "failed": self.failed, "warned": self.warned,
+               "failures": [f.as_dict() for f in self.failures],
+               "warnings": [f.as_dict() for f in self.warnings], "notes": self.notes,
+               "counts": dict(sorted(self.counts.items()))}
+        sig = self.signatures()
+        if sig is not None:
+            out["recompute"] = self.tally.get("recompute", 0)
+            out["signatures"] = sig
+        return out
 
 
 @dataclass
@@ -209,6 +265,7 @@ class Auditor:
         self.cut = cut or bool(log.meta.get("until"))
         self.progress = progress
         self.checks = {name: Check(name) for name in CHECKS}
+        self.checks["commitments"].trusted = trusted_keys is not None
         # events position -> (record, event or None, error)
         self.by_origin: dict[tuple[int, int], tuple[LogRecord, Event | None, str | None]] = {}
         self.items: list[_Item] = []
@@ -522,6 +579,7 @@ class Auditor:
                 mine[k] = value.get(k)
             expected["commitments"].append((R.Emission("commitments", cohort, "LineageCommitment", mine), None))
             diffs = _values_differ(_plain(mine), _plain(value))
+            chk.count("differ" if diffs else "recompute")
             for f, e, g in diffs[:5]:
                 chk.fail(Finding(f"commitment of cohort {cohort!r} differs from the recomputed one",
                                  where=_where(rec), field=f, expected=e, found=g))
@@ -530,14 +588,22 @@ class Auditor:
 
     def _check_signature(self, rec: LogRecord, value: dict[str, Any]) -> None:
         chk = self.checks["commitments"]
+        sig = value.get("signature")
+        signed = sig is not None and sig != b"" and sig != ""
+        chk.count("signed" if signed else "unsigned")
         if self.trusted is None:
-            if value.get("signature") and "signatures not checked" not in " ".join(chk.notes):
-                chk.notes.append("signatures not checked: no trusted keys given (--trusted-keys)")
+            note = ("signatures NOT checked: no trusted keys given (--trusted-keys), so no signature "
+                    "was verified" if signed else
+                    "commitments without a signature (a worker without a signing key): nothing to verify them by")
+            if note not in chk.notes:
+                chk.notes.append(note)
             return
         from streams.service.signing import verify_commitment
 
         ok, reason = verify_commitment(value, self.trusted)
+        chk.count("verified" if ok else "rejected")
         if not ok:
+            chk.count(f"rejected:{reason}")
             chk.fail(Finding(f"signature rejected: {reason}", where=_where(rec), field="signature",
                              expected="a valid signature by a trusted key", found=value.get("key_id")))
 
@@ -850,8 +916,10 @@ def _audit_shards(log: AuditLog, shards: list[AuditLog], config, trusted, cut, p
     checks = []
     for name in CHECKS:
         mine = [p.check(name) for p in parts]
-        c = Check(name, skipped=all(m.skipped for m in mine))
+        c = Check(name, skipped=all(m.skipped for m in mine), trusted=mine[0].trusted)
         for m in mine:
+            for k, v in m.tally.items():
+                c.count(k, v)
             c.checked += m.checked
             c.failed += m.failed
             c.warned += m.warned

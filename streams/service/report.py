@@ -11,7 +11,8 @@ Two layers:
   is what the tests check against the final state.
 * the **renderers**: :func:`render_figure` draws one cohort with matplotlib (Agg), which
   :func:`render_png` and :func:`render_svg` serialise; :func:`render_html` writes one page with
-  an inline SVG per cohort, the incident summary beside it and, when given, an audit verdict.
+  an inline SVG per cohort across the page, the incident summary below it, the log's dead
+  letters and, when given, an audit verdict.
   The page loads nothing: no external CSS, scripts, fonts or images (the SVG's text is drawn as
   paths).
 """
@@ -227,6 +228,8 @@ class ReportModel:
     final: dict[str, Any]            # SPEC §11, every cohort
     control_records: int = 0
     control_undecodable: int = 0
+    #: the dead letters of the log (``lineage.dlq``), in log order: see :func:`dead_letters`
+    dead_letters: list[dict[str, Any]] = field(default_factory=list)
 
     def order(self) -> list[str]:
         """Cohorts largest first (events), then by id; the unregistered bucket last."""
@@ -239,6 +242,7 @@ class ReportModel:
             "events": self.events,
             "undecodable": self.undecodable,
             "control_records": self.control_records,
+            "dead_letters": len(self.dead_letters),
             "cohorts": {c: self.cohorts[c].counts() for c in self.order()},
         }
 
@@ -299,7 +303,41 @@ def build(log: AuditLog, config: Config | None = None, codec: Codec | None = Non
     origin = "kafka" if log.source.startswith("kafka://") else (
         "jsonl" if log.meta.get("format") == "jsonl" else "archive")
     return ReportModel(log.source, origin, dict(log.meta), events, undecodable, cohorts, final,
-                       ctl_total, ctl_bad)
+                       ctl_total, ctl_bad, dead_letters(log, codec))
+
+
+def dead_letters(log: AuditLog, codec: Codec | None = None) -> list[dict[str, Any]]:
+    """The records of the dead-letter topic (``lineage.dlq``), in log order: where each sits
+    (``position``), the record it stands for (``original_topic``, ``original_partition``,
+    ``original_offset``, ``original_key``), ``error_kind``, ``reason``, ``ts`` and, when the
+    original value decodes as an event, its ``job_id``, ``seq`` and ``type`` (a rejected
+    event; an undecodable one has none). A dead letter that does not decode itself is listed
+    with ``error_kind`` ``UNDECODABLE_DEAD_LETTER``."""
+    codec = codec or Codec()
+    out: list[dict[str, Any]] = []
+    for rec in log.topic("dlq"):
+        row: dict[str, Any] = {"position": rec.where, "original_topic": None, "original_partition": None,
+                               "original_offset": None, "original_key": rec.key, "error_kind": None,
+                               "reason": None, "ts": rec.timestamp, "job_id": None, "seq": None, "type": None}
+        try:
+            _name, d = codec.decode_record(rec.value or b"")
+        except Exception as exc:  # noqa: BLE001 - listed as what it is, not fatal
+            row.update(error_kind="UNDECODABLE_DEAD_LETTER", reason=f"the dead letter itself does not decode: {exc}")
+            out.append(row)
+            continue
+        key = d.get("original_key")
+        if isinstance(key, (bytes, bytearray)):
+            key = bytes(key).decode("utf-8", "replace")
+        row.update(original_topic=d.get("original_topic"), original_partition=d.get("original_partition"),
+                   original_offset=d.get("original_offset"), original_key=key if key is not None else rec.key,
+                   error_kind=d.get("error_kind"), reason=d.get("reason"), ts=d.get("ts") or rec.timestamp)
+        try:
+            ev = codec.decode_event(d.get("original_value") or b"")
+            row.update(job_id=ev.get("job_id"), seq=ev.get("seq"), type=ev.get("type"))
+        except Exception:  # noqa: BLE001 - undecodable: that is why it is here
+            pass
+        out.append(row)
+    return out
 
 
 def _cohort_model(cohort_id: str, eng, side: _Side) -> CohortModel:
@@ -671,7 +709,12 @@ def audit_summary(audit: dict[str, Any]) -> tuple[str, bool]:
         v = _verdict(c)
         n = f" {c['checked']}" if isinstance(c.get("checked"), int) and v != "SKIPPED" else ""
         f = f", {c['failed']} failed" if c.get("failed") else ""
-        parts.append(f"{c.get('name')} {v}{n}{f}")
+        s = ""
+        sig = c.get("signatures")
+        if isinstance(sig, dict) and v != "SKIPPED":  # never let a PASS read as "signed and verified"
+            s = (f" ({sig.get('verified', 0)} signatures verified)" if sig.get("trusted_keys")
+                 else " (signatures NOT checked)")
+        parts.append(f"{c.get('name')} {v}{n}{f}{s}")
     return f"audit {'PASSED' if passed else 'FAILED'}" + (f": {' · '.join(parts)}" if parts else ""), passed
 
 
@@ -1145,15 +1188,29 @@ h1 { font-size:22px; margin:0 0 4px; } h2 { font-size:18px; margin:28px 0 8px; b
      padding-bottom:4px; } h3 { font-size:15px; margin:18px 0 6px; }
 .meta { color:var(--muted); margin:0 0 4px; }
 code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size:12.5px; }
-.incident code { word-break: break-all; }
-.layout { display:flex; flex-wrap:wrap; gap:20px; align-items:flex-start; }
-.layout figure { flex: 3 1 760px; margin:0; min-width:0; border:1px solid var(--line); border-radius:6px; padding:6px; }
+code, .nw { white-space:nowrap; }
+/* the picture takes the page's whole width; the tables come below it, side by side when there
+   is room (two columns from ~1150 px), each scrolling sideways rather than being cut */
+.layout { display:block; }
+.layout figure { margin:0 0 16px; min-width:0; border:1px solid var(--line); border-radius:6px; padding:6px; }
 .layout figure svg { display:block; width:100%; height:auto; }
 .layout figcaption { color:var(--muted); font-size:12.5px; padding:4px 6px 0; }
-.layout aside { flex: 2 1 380px; min-width:0; }
-table { border-collapse:collapse; width:100%; margin:4px 0 10px; font-size:13px; }
-th, td { text-align:left; padding:3px 8px; border-bottom:1px solid var(--line); vertical-align:top; }
+.panels { display:grid; grid-template-columns:repeat(auto-fit, minmax(min(100%, 540px), 1fr)); gap:8px 28px;
+          align-items:start; }
+.panel { min-width:0; }
+.panel > h3:first-child { margin-top:4px; }
+/* a very wide window: the picture beside the tables */
+@media (min-width: 2100px) {
+  .layout { display:grid; grid-template-columns:minmax(0, 3fr) minmax(560px, 2fr); gap:24px; align-items:start; }
+  .layout figure { margin:0; }
+  .layout .panels { grid-template-columns:minmax(0, 1fr); }
+}
+.tscroll { overflow-x:auto; max-width:100%; margin:4px 0 10px; }
+table { border-collapse:collapse; width:100%; margin:0; font-size:13px; }
+th, td { text-align:left; padding:3px 8px; border-bottom:1px solid var(--line); vertical-align:top; white-space:nowrap; }
+td.wrap { white-space:normal; min-width:14em; }
 th { background:#f3f5f7; font-weight:600; }
+.ids { line-height:1.7; }
 .tag { display:inline-block; padding:0 6px; border-radius:10px; font-size:12px; font-weight:600; }
 .INTERNAL, .fail, .tainted { color:#fff; background:var(--taint); }
 .EXTERNAL { color:#fff; background:#8e44ad; } .INDETERMINATE { color:#fff; background:#e66101; }
@@ -1161,7 +1218,9 @@ th { background:#f3f5f7; font-weight:600; }
 .skip { color:#fff; background:#9a6700; }
 .finding { display:block; font-size:12.5px; } .fail-text { color:var(--taint); }
 .incident { border:1px solid var(--line); border-left:4px solid var(--taint); border-radius:6px; padding:8px 12px;
-            margin:0 0 12px; }
+            margin:0 0 12px; overflow-x:auto; }
+.warn { color:#fff; background:#9a6700; }
+.sig-warn { color:#7a4f00; font-weight:600; } .sig-ok { color:var(--ok); font-weight:600; }
 .audit { border:1px solid var(--line); border-radius:6px; padding:10px 14px; margin:14px 0; }
 .audit.passed { border-left:6px solid var(--ok); } .audit.failed { border-left:6px solid var(--taint); }
 .muted { color:var(--muted); }
@@ -1174,10 +1233,35 @@ def _e(x: Any) -> str:
     return html.escape("" if x is None else str(x), quote=True)
 
 
-def _table(headers: list[str], rows: list[list[str]], raw: bool = False) -> str:
+_ID_TOKEN = re.compile(r"[^\s<>]*-[^\s<>]*")
+
+
+def _nw(escaped: str) -> str:
+    """Escaped text (no tags) with every whitespace-delimited token holding a hyphen (an id such
+    as ``j31-000-210c-i1``, ``events[0]@13``-style positions, ``--trusted-keys``) in a nowrap span:
+    a line may break between ids, never inside one (browsers break after hyphens)."""
+    return _ID_TOKEN.sub(lambda m: f'<span class="nw">{m.group(0)}</span>', escaped)
+
+
+def _table(headers: list[str], rows: list[list[str]], raw: bool = False, wrap: Iterable[int] = ()) -> str:
+    """A table in a horizontally scrolling box: cells do not wrap (ids stay whole, a wide table
+    scrolls instead of being cut), except the columns ``wrap`` (free text), which wrap between
+    words and never inside an id."""
+    wrap = set(wrap)
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{c if raw else _e(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    body = "".join("<tr>" + "".join(
+        (f'<td class="wrap">{c if raw else _nw(_e(c))}</td>' if i in wrap else f"<td>{c if raw else _e(c)}</td>")
+        for i, c in enumerate(r)) + "</tr>" for r in rows)
+    return f'<div class="tscroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+
+
+def _signature_line(sig: dict[str, Any]) -> str:
+    """The commitments' signatures (``signatures`` of an audit check) in words, for a report
+    without a ``summary``."""
+    if not sig.get("trusted_keys"):
+        return (f"signatures NOT checked (no --trusted-keys): {sig.get('signed', 0)} signed, "
+                f"{sig.get('unsigned', 0)} unsigned")
+    return f"{sig.get('verified', 0)} signatures verified, {sig.get('rejected', 0)} rejected"
 
 
 def _anchor(cohort: str) -> str:
@@ -1202,6 +1286,16 @@ def _audit_html(audit: dict[str, Any], audit_path: str | None, audit_href: str |
         what = [f"<b>{_e(c.get('title'))}</b>"] if c.get("title") else []
         if c.get("detail"):
             what.append(_e(c.get("detail")))
+        sig = c.get("signatures")
+        tags = ""
+        if isinstance(sig, dict) and _verdict(c) != "SKIPPED":
+            # what was established about the signatures, never more (the verdict line of the audit)
+            checked = bool(sig.get("trusted_keys"))
+            what.append(f'<span class="{"sig-ok" if checked and not sig.get("rejected") else "sig-warn"}">'
+                        f'{_nw(_e(c.get("summary") or _signature_line(sig)))}</span>')
+            tags = (' <span class="tag warn">signatures NOT checked</span>' if not checked else
+                    f' <span class="tag pass">{_e(sig.get("verified", 0))} verified</span>' if not sig.get("rejected")
+                    else f' <span class="tag fail">{_e(sig.get("rejected"))} rejected</span>')
         failures = c.get("failures") or []
         for f in failures[:_FINDINGS_SHOWN]:
             what.append(f'<span class="finding fail-text">✗ {_e(finding_line(f))}</span>')
@@ -1213,7 +1307,7 @@ def _audit_html(audit: dict[str, Any], audit_path: str | None, audit_href: str |
             what.append(f'<span class="finding">! {_e(finding_line(f))}</span>')
         for n in (c.get("notes") or [])[:_FINDINGS_SHOWN]:
             what.append(f'<span class="muted">{_e(n)}</span>')
-        row = [f'<span class="tag {cls}">{label}</span>', f"<code>{_e(c.get('name'))}</code>"]
+        row = [f'<span class="tag {cls}">{label}</span>{tags}', f"<code>{_e(c.get('name'))}</code>"]
         if counted:
             row += [_e(c.get("checked", "")), _e(c.get("failed", "")) if c.get("failed") else "0"]
         row.append("<br>".join(what))
@@ -1237,7 +1331,7 @@ def _audit_html(audit: dict[str, Any], audit_path: str | None, audit_href: str |
     return (f'<section class="audit {"passed" if passed else "failed"}"><h2 style="margin-top:0;border:0">Audit: '
             f'<span class="tag {"pass" if passed else "fail"}">{"PASSED" if passed else "FAILED"}</span></h2>'
             f'<p class="meta">{facts}{where}</p>'
-            + (_table(headers, rows, raw=True) if rows else "") + "</section>")
+            + (_table(headers, rows, raw=True, wrap={len(headers) - 1}) if rows else "") + "</section>")
 
 
 def _cohort_html(cm: CohortModel, svg: str, info: FigureInfo) -> str:
@@ -1255,7 +1349,8 @@ def _cohort_html(cm: CohortModel, svg: str, info: FigureInfo) -> str:
         caption += f" {info.dropped_labels} label(s) left out of the picture for lack of room."
     if info.unlabelled or info.dropped_labels:
         caption += " The tables below list everything."
-    parts.append(f'<div class="layout"><figure>{svg}<figcaption>{_e(caption)}</figcaption></figure><aside>')
+    parts.append(f'<div class="layout"><figure>{svg}<figcaption>{_e(caption)}</figcaption></figure>'
+                 '<div class="panels"><div class="panel">')
 
     # incidents
     parts.append(f"<h3>Incidents ({len(cm.incidents)})</h3>")
@@ -1270,7 +1365,7 @@ def _cohort_html(cm: CohortModel, svg: str, info: FigureInfo) -> str:
         if inc["contaminated"]:
             parts.append(_table(["contaminated", "inc", "via checkpoint", "path"],
                                 [[x["job_id"], x["incarnation"], x["via_checkpoint_id"] or "",
-                                  " → ".join(x.get("path") or [])] for x in inc["contaminated"]]))
+                                  " → ".join(x.get("path") or [])] for x in inc["contaminated"]], wrap={3}))
         else:
             parts.append('<p class="muted">no other incarnation contaminated</p>')
         if inc["secondary_divergences"]:
@@ -1278,6 +1373,7 @@ def _cohort_html(cm: CohortModel, svg: str, info: FigureInfo) -> str:
                                 [[s["job_id"], s["incarnation"], s["onset_step"]]
                                  for s in inc["secondary_divergences"]]))
         parts.append("</div>")
+    parts.append('</div><div class="panel">')
 
     # plans
     parts.append(f"<h3>Plans ({len(cm.final['plans'])})</h3>")
@@ -1295,8 +1391,9 @@ def _cohort_html(cm: CohortModel, svg: str, info: FigureInfo) -> str:
     else:
         parts.append('<p class="muted">no job needs a rollback</p>')
 
+    commands = ""  # the full width of the page, below the panels: it is the widest table
     if cm.commands:
-        parts.append(f"<h3>Commands issued on the control topic ({len(cm.commands)})</h3>")
+        commands = f"<h3>Commands issued on the control topic ({len(cm.commands)})</h3>"
         rows = []
         for cmd in cm.commands:
             state = ("in force" if cmd["in_force"] else
@@ -1308,12 +1405,12 @@ def _cohort_html(cm: CohortModel, svg: str, info: FigureInfo) -> str:
                          cmd["target_checkpoint_id"] or cmd.get("reason") or "",
                          (cmd["command_id"] or "")[:12], state,
                          "yes" if cmd["matches_plan"] else ("—" if cmd["record"] == "HaltCommand" else "no")])
-        parts.append(_table(["record", "job", "action", "target / reason", "command", "state", "= final plan"], rows))
+        commands += _table(["record", "job", "action", "target / reason", "command", "state", "= final plan"], rows)
 
     if cm.final["halts"]:
         parts.append(f"<h3>Halts ({len(cm.final['halts'])})</h3>")
         parts.append(_table(["job", "reason", "detail"],
-                            [[h["job_id"], h["reason"], h.get("detail", "")] for h in cm.final["halts"]]))
+                            [[h["job_id"], h["reason"], h.get("detail", "")] for h in cm.final["halts"]], wrap={2}))
     if cm.final["alerts"]:
         parts.append(f"<h3>Alerts ({len(cm.final['alerts'])})</h3>")
         parts.append(_table(["kind", "job", "checkpoint", "copies"],
@@ -1321,9 +1418,10 @@ def _cohort_html(cm: CohortModel, svg: str, info: FigureInfo) -> str:
                               a.get("aliased_checkpoint_id") or ""] for a in cm.final["alerts"]]))
     tainted = cm.tainted_checkpoints
     parts.append(f"<h3>Tainted checkpoints ({len(tainted)})</h3>")
-    parts.append("<p>" + (", ".join(f'<code>{_e(t)}</code>' for t in tainted) or '<span class="muted">none</span>')
-                 + "</p>")
-    parts.append("</aside></div>")
+    parts.append('<p class="ids">' + (", ".join(f'<code>{_e(t)}</code>' for t in tainted)
+                                      or '<span class="muted">none</span>') + "</p>")
+    parts.append("</div></div></div>")
+    parts.append(commands)
 
     # detail tables, folded
     rows = []
@@ -1385,6 +1483,8 @@ def render_html(model: ReportModel, *, cohorts: list[str] | None = None, audit: 
         meta.append(f"{model.undecodable} undecodable record(s) skipped")
     if model.control_records:
         meta.append(f"{model.control_records} control record(s)")
+    if model.dead_letters:
+        meta.append(f'<a href="#dead-letters">{len(model.dead_letters)} dead letter(s)</a>')
     out.append(f'<p class="meta">{" · ".join(meta)}</p>')
     when = model.meta.get("exported_at_ms") or model.meta.get("read_at_ms")
     gen = [f"generated by traintrace {_e(__version__)} from "
@@ -1411,8 +1511,41 @@ def render_html(model: ReportModel, *, cohorts: list[str] | None = None, audit: 
             svgs[c] = render_svg(cm, source=model.source, events=cm.events, summary=False)
         svg, info = svgs[c]
         out.append(_cohort_html(cm, svg, info))
+    if model.dead_letters:
+        out.append(_dead_letters_html(model.dead_letters))
     out.append("</body></html>\n")
     return "".join(out)
+
+
+_DEAD_LETTERS_SHOWN = 1000
+
+
+def _dead_letters_html(rows: list[dict[str, Any]]) -> str:
+    """The dead letters of the log (every cohort's: an undecodable record has none), in log
+    order, the first :data:`_DEAD_LETTERS_SHOWN`."""
+    from datetime import datetime, timezone
+
+    def when(ts: Any) -> str:
+        return (datetime.fromtimestamp(ts / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+                if isinstance(ts, int) and ts > 0 else "")
+
+    kinds: dict[str, int] = {}
+    for d in rows:
+        kinds[str(d["error_kind"])] = kinds.get(str(d["error_kind"]), 0) + 1
+    table = []
+    for d in rows[:_DEAD_LETTERS_SHOWN]:
+        original = (f"{d['original_topic']}[{d['original_partition']}]@{d['original_offset']}"
+                    if d["original_topic"] is not None else "")
+        event = (f"{d['job_id']} seq {d['seq']} {d['type'] or ''}".strip() if d["job_id"] is not None else "—")
+        table.append([d["position"], original, d["original_key"] or "", event, d["error_kind"] or "",
+                      d["reason"] or "", when(d["ts"])])
+    more = len(rows) - len(table)
+    return (f'<section id="dead-letters"><h2>Dead letters ({len(rows)})</h2>'
+            '<p class="meta">records the processor could not decode or validate, set aside on the dead-letter '
+            "topic: " + ", ".join(f"{_e(k)} {n}" for k, n in sorted(kinds.items())) + "</p>"
+            + _table(["dead letter", "original record", "key", "event", "error kind", "reason", "at"], table,
+                     wrap={5})
+            + (f'<p class="muted">… {more} more in the log</p>' if more else "") + "</section>")
 
 
 __all__ = [
@@ -1427,6 +1560,7 @@ __all__ = [
     "RollbackMark",
     "audit_summary",
     "build",
+    "dead_letters",
     "model_dict",
     "render_figure",
     "render_html",

@@ -283,3 +283,130 @@ def test_identical_redeliveries_after_later_seqs_audit_clean(tmp_path):
     src.write_text("".join(json.dumps(d) + "\n" for d in chained[:cut + 1] + resent + chained[cut + 1:]))
     report = audit(simulate_pipeline(str(src)))
     assert report.passed, [f.line() for c in report.checks for f in c.failures]
+
+
+# ------------------------------------------------------------------ what the commitments check claims
+
+
+def _signed_log(tmp_path: Path):
+    from streams.service.signing import CommitmentSigner, generate_key, key_id
+
+    key = generate_key()
+    return chained_log(tmp_path, signer=CommitmentSigner(key)), {key_id(key): key.public_key()}
+
+
+def test_unsigned_commitments_without_trusted_keys_say_nothing_was_verified(tmp_path):
+    """A worker without a signing key, an audit without --trusted-keys: the commitments
+    recompute, and the verdict says the signatures were NOT checked — none signed — and never
+    that they were verified (issue 11)."""
+    chk = audit(chained_log(tmp_path)).check("commitments")
+    n = chk.checked
+    assert chk.passed and n > 10
+    assert chk.summary == (f"PASS — {n} commitments recompute; signatures NOT checked (no --trusted-keys): "
+                           f"0 signed, {n} unsigned")
+    assert "verified" not in chk.summary and "is signed" not in A.TITLES["commitments"]
+    d = chk.as_dict()
+    assert d["summary"] == chk.summary and d["recompute"] == n
+    assert d["signatures"] == {"trusted_keys": False, "signed": 0, "unsigned": n, "verified": 0, "rejected": 0,
+                               "not_checked": 0, "rejected_by_reason": {}}
+    assert any("without a signature" in x for x in chk.notes)
+    # the other checks have a verdict line too; only the commitments check has signatures
+    other = audit(chained_log(tmp_path)).check("chains").as_dict()
+    assert other["summary"].startswith("PASS — ") and "signatures" not in other
+
+
+def test_signed_commitments_without_trusted_keys_are_not_checked(tmp_path):
+    log, _keys = _signed_log(tmp_path)
+    chk = audit(log).check("commitments")
+    n = chk.checked
+    assert chk.passed
+    assert chk.summary == (f"PASS — {n} commitments recompute; signatures NOT checked (no --trusted-keys): "
+                           f"{n} signed, 0 unsigned")
+    sig = chk.as_dict()["signatures"]
+    assert (sig["trusted_keys"], sig["signed"], sig["not_checked"], sig["verified"]) == (False, n, n, 0)
+    assert any("signatures NOT checked" in x for x in chk.notes)
+
+
+def test_signed_commitments_with_trusted_keys_are_verified(tmp_path):
+    log, keys = _signed_log(tmp_path)
+    chk = audit(log, trusted_keys=keys).check("commitments")
+    n = chk.checked
+    assert chk.passed and chk.summary == f"PASS — {n} commitments recompute, {n} signatures verified"
+    sig = chk.as_dict()["signatures"]
+    assert (sig["trusted_keys"], sig["signed"], sig["verified"], sig["not_checked"], sig["rejected"]) == \
+        (True, n, n, 0, 0)
+    assert not chk.notes
+    # one signature stripped: counted as unsigned and rejected, the others still verified
+    j = 3
+    name, c = CODEC.decode_record(log.topic("commitments")[j].value)
+    log.records["commitments"][j] = replace(log.topic("commitments")[j],
+                                            value=CODEC.encode_record(name, {**c, "signature": None}))
+    chk = audit(log, trusted_keys=keys).check("commitments")
+    assert not chk.passed
+    assert chk.summary == (f"FAIL — {n} commitments recompute; signatures: {n - 1} verified, 1 rejected "
+                           f"(UNSIGNED 1) of {n}")
+    sig = chk.as_dict()["signatures"]
+    assert (sig["signed"], sig["unsigned"], sig["verified"], sig["rejected"]) == (n - 1, 1, n - 1, 1)
+    # and an unknown key verifies nothing
+    chk = audit(log, trusted_keys={}).check("commitments")
+    assert chk.as_dict()["signatures"]["verified"] == 0 and "0 verified" in chk.summary
+
+
+def test_the_signature_tally_survives_the_split_by_cohort(tmp_path, monkeypatch):
+    from streams.service.signing import CommitmentSigner, generate_key, key_id
+
+    lines = []
+    for i, n in enumerate(("14_pbt_cohort", "01_seed_example")):  # two cohorts
+        for x in (Path(SCENARIOS) / f"{n}.jsonl").read_text().splitlines():
+            if x.strip():
+                d = json.loads(x)
+                for k in ("job_id", "cohort_id", "checkpoint_id", "source_checkpoint_id", "base_checkpoint_id",
+                          "restored_checkpoint_id", "final_checkpoint_id"):
+                    if d.get(k) is not None:
+                        d[k] = f"v{i}-{d[k]}"
+                lines.append(d)
+    src = tmp_path / "two.jsonl"
+    src.write_text("".join(json.dumps(d) + "\n" for d in chain_events(lines)))
+    key = generate_key()
+    log = simulate_pipeline(str(src), CommitmentSigner(key))
+    keys = {key_id(key): key.public_key()}
+    assert len(A.split_by_cohort(log, 2)) == 2
+    for trusted in (None, keys):
+        one = audit(log, trusted_keys=trusted, workers=1).check("commitments")
+        monkeypatch.setattr(A, "PARALLEL_MIN_EVENTS", 0)
+        two = audit(log, trusted_keys=trusted, workers=2)
+        monkeypatch.setattr(A, "PARALLEL_MIN_EVENTS", 20_000)
+        assert two.meta["processes"] == 2
+        assert two.check("commitments").as_dict() == one.as_dict()
+        assert one.as_dict()["signatures"]["signed"] == one.checked > 0
+
+
+def test_cli_says_what_was_established_about_signatures(tmp_path):
+    from click.testing import CliRunner
+
+    from streams.cli.main import cli
+    from streams.service.signing import save_public_key
+
+    log, keys = _signed_log(tmp_path)
+    topics = ("events", "input", "control", "manifests", "commitments", "dlq")
+    path = tmp_path / "log.avro"
+    write_archive(str(path), [r for t in topics for r in log.topic(t)], {"topics": {t: f"lineage.{t}" for t in topics}})
+    (kid, pub), = keys.items()
+    keydir = tmp_path / "keys"
+    keydir.mkdir()
+    save_public_key(pub, keydir / f"processor-{kid}.pub")
+    runner = CliRunner()
+    r = runner.invoke(cli, ["audit", str(path)], env={"COLUMNS": "200", "TRAINTRACE_TRUSTED_KEYS": ""})
+    assert r.exit_code == 0, r.output
+    n = audit(log).check("commitments").checked
+    assert (f"commitments: PASS — {n} commitments recompute; signatures NOT checked (no --trusted-keys): "
+            f"{n} signed, 0 unsigned") in r.output
+    assert "AUDIT PASSED (commitment signatures NOT checked: no --trusted-keys)" in r.output
+    assert "signatures verified" not in r.output and "no signature was verified" in r.output
+    r = runner.invoke(cli, ["audit", str(path), "--json"], env={"TRAINTRACE_TRUSTED_KEYS": ""})
+    c = next(x for x in json.loads(r.stdout)["checks"] if x["name"] == "commitments")
+    assert c["signatures"]["not_checked"] == n and c["signatures"]["verified"] == 0 and "NOT checked" in c["summary"]
+    r = runner.invoke(cli, ["audit", str(path), "--trusted-keys", str(keydir)], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert f"commitments: PASS — {n} commitments recompute, {n} signatures verified" in r.output
+    assert "NOT checked" not in r.output and "AUDIT PASSED" in r.output

@@ -460,3 +460,116 @@ def test_cli_errors_exit_2_with_one_line(tmp_path, setup, args, message):
     err = result.stderr.strip()
     assert err.startswith("error:") and message in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "x.html").exists()
+
+
+# ------------------------------------------------------------- dead letters, layout, the audit's signatures
+
+
+def _log_with_dead_letters():
+    """13_duplicates through the simulated pipeline (its conflicting duplicate is rejected by the
+    fold and dead-lettered), plus one record on the events topic that does not decode."""
+    from streams.testing.simulate import simulate_pipeline
+
+    log = load(vector("13_duplicates"))
+    n = len(log.topic("events"))
+    log.add(LogRecord("events", 0, n, 1_760_000_000_000, "B", b"\x00junk"))
+    return simulate_pipeline(log)
+
+
+def test_dead_letters_are_listed(tmp_path):
+    log = _log_with_dead_letters()
+    model = build(log)
+    rows = {d["original_offset"]: d for d in model.dead_letters}
+    assert len(model.dead_letters) == len(log.topic("dlq")) == 2 and model.counts()["dead_letters"] == 2
+    junk = rows[len(log.topic("events")) - 1]
+    assert (junk["original_topic"], junk["original_partition"], junk["original_key"]) == ("lineage.events", 0, "B")
+    assert junk["error_kind"] and junk["reason"] and junk["job_id"] is None
+    dup = next(d for d in model.dead_letters if d["error_kind"] == "CONFLICTING_DUPLICATE")
+    assert (dup["job_id"], dup["seq"], dup["type"]) == ("B", 3, "Progress") and "('B', seq 3)" in dup["reason"]
+
+    page = render_html(model)
+    assert_self_contained(page)
+    assert '<a href="#dead-letters">2 dead letter(s)</a>' in page
+    section = page[page.index('<section id="dead-letters">'):]
+    section = section[:section.index("</section>")]
+    assert "Dead letters (2)" in section
+    for d in model.dead_letters:
+        assert f"<td>{d['position']}</td>" in section
+        assert f"<td>lineage.events[0]@{d['original_offset']}</td>" in section
+        assert f"<td>{d['error_kind']}</td>" in section
+    assert "B seq 3 Progress" in section and "CONFLICTING_DUPLICATE: a different event already holds" in section
+    # an events file has no dead-letter topic: no section
+    assert "dead-letters" not in render_html(model_of("01_seed_example"))
+
+    # through the CLI, from an archive
+    topics = ("events", "input", "control", "manifests", "commitments", "dlq")
+    path = tmp_path / "log.avro"
+    write_archive(str(path), [r for t in topics for r in log.topic(t)], {"topics": {t: f"lineage.{t}" for t in topics}})
+    result = invoke(str(path), "--out", str(tmp_path / "r.html"), "--no-png", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["dead_letters"] == 2
+    assert "Dead letters (2)" in (tmp_path / "r.html").read_text(encoding="utf-8")
+
+
+def _css(page: str) -> str:
+    return page[page.index("<style>") + 7:page.index("</style>")]
+
+
+def test_layout_has_no_fixed_narrow_column_and_tables_scroll():
+    """At a laptop's width the picture must not be squeezed into a column beside the tables:
+    no width, flex basis or maximum width in pixels (outside a wide-window media query), the
+    picture comes first at the page's width, and every table scrolls sideways in its own box
+    with cells that do not wrap (ids stay whole)."""
+    page = render_html(model_of("14_pbt_cohort"))
+    css = _css(page)
+    narrow = re.sub(r"@media[^{]*\{(?:[^{}]*\{[^{}]*\})*[^{}]*\}", "", css)  # the wide-window rules
+    assert "@media (min-width: 2100px)" in css
+    assert not re.search(r"(?<![\w-])(width|max-width|flex-basis)\s*:\s*[\d.]+px", narrow)
+    assert not re.search(r"(?<![\w-])flex\s*:[^;}]*px", narrow)
+    assert "<aside" not in page
+    rule = lambda sel: re.search(re.escape(sel) + r"\s*\{([^}]*)\}", narrow).group(1)  # noqa: E731
+    assert "display:block" in rule(".layout")
+    assert "overflow-x:auto" in rule(".tscroll")
+    assert "white-space:nowrap" in rule("th, td")
+    assert "white-space:nowrap" in rule("code, .nw")
+    # the figure first, then the panels; every table in a scrolling box
+    section = page[page.index('<section id="cohort-c31">'):]
+    assert section.index("<figure>") < section.index('<div class="panels">') < section.index("Incidents (")
+    assert page.count("<table>") == page.count('<div class="tscroll"><table>') > 5
+    # free text wraps between ids, never inside one
+    assert ('<td class="wrap"><span class="nw">j31-000</span> → <span class="nw">j31-005</span> → '
+            '<span class="nw">j31-000</span></td>') in page
+    assert "word-break" not in css and "break-all" not in css
+
+
+def test_audit_block_says_what_was_established_about_signatures(tmp_path):
+    from streams.service.audit import audit as run_audit
+    from streams.service.report import audit_summary
+    from streams.service.signing import CommitmentSigner, generate_key, key_id
+    from streams.testing.simulate import simulate_pipeline
+
+    key = generate_key()
+    log = simulate_pipeline(vector("01_seed_example"), CommitmentSigner(key))
+    model = build(log)
+
+    def block(audit: dict) -> str:
+        page = render_html(model, audit=audit)
+        b = page[page.index('<section class="audit'):]
+        return b[:b.index("</section>")]
+
+    unchecked = run_audit(log).as_dict()
+    n = next(c for c in unchecked["checks"] if c["name"] == "commitments")["checked"]
+    b = block(unchecked)
+    assert '<span class="tag warn">signatures NOT checked</span>' in b
+    assert (f"PASS — {n} commitments recompute; signatures NOT checked "
+            f"(no <span class=\"nw\">--trusted-keys):</span> "
+            f"{n} signed, 0 unsigned") in b
+    assert "signatures verified" not in b
+    line = audit_summary(unchecked)[0]
+    assert "commitments PASS" in line and "(signatures NOT checked)" in line
+
+    verified = run_audit(log, trusted_keys={key_id(key): key.public_key()}).as_dict()
+    b = block(verified)
+    assert f'<span class="tag pass">{n} verified</span>' in b and "NOT checked" not in b
+    assert f"PASS — {n} commitments recompute, {n} signatures verified" in b
+    assert f"({n} signatures verified)" in audit_summary(verified)[0]
