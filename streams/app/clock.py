@@ -30,6 +30,33 @@ from streams.adapters.kafka import consumer_config
 log = logging.getLogger("traintrace.worker")
 
 
+def one_record_config(bootstrap: str, group: str) -> dict:
+    """A consumer that reads one record at a time (no prefetching of whole partitions)."""
+    return consumer_config(bootstrap, group, **{"enable.partition.eof": True, "queued.min.messages": 1,
+                                                "queued.max.messages.kbytes": 1024,
+                                                "max.partition.fetch.bytes": 262144})
+
+
+def first_record(consumer: Consumer, topic: str, partition: int, offset: int, timeout: float):
+    """The first record of ``topic[partition]`` at or after ``offset``, read through
+    ``consumer`` (made with :func:`one_record_config`), or None when there is none yet."""
+    consumer.assign([TopicPartition(topic, partition, offset)])
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    return None
+                continue
+            return msg
+    finally:
+        consumer.unassign()
+    raise TimeoutError(f"no record of {topic}[{partition}] at or after {offset} within {timeout}s")
+
+
 class InputClock:
     """Reads the input watermark of ``topic`` for consumer group ``group`` (thread-safe,
     blocking: call it from an executor)."""
@@ -42,10 +69,7 @@ class InputClock:
         # committed offsets are read through a consumer of the group that never subscribes
         # (so it does not join it); records are fetched by a second, group-less one
         self._offsets = Consumer(consumer_config(bootstrap, group, **{"enable.partition.eof": False}))
-        # it reads one record at a time: no prefetching of whole partitions
-        self._fetch = Consumer(consumer_config(bootstrap, f"{group}-clock", **{
-            "enable.partition.eof": True, "queued.min.messages": 1, "queued.max.messages.kbytes": 1024,
-            "max.partition.fetch.bytes": 262144}))
+        self._fetch = Consumer(one_record_config(bootstrap, f"{group}-clock"))
         self._ts_cache: dict[tuple[int, int], int] = {}
 
     def close(self) -> None:
@@ -58,25 +82,13 @@ class InputClock:
         key = (partition, offset)
         if key in self._ts_cache:
             return self._ts_cache[key]
-        self._fetch.assign([TopicPartition(self.topic, partition, offset)])
-        deadline = time.monotonic() + timeout
-        try:
-            while time.monotonic() < deadline:
-                msg = self._fetch.poll(0.2)
-                if msg is None:
-                    continue
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        return None
-                    continue
-                ts = msg.timestamp()[1]
-                if len(self._ts_cache) > 4096:
-                    self._ts_cache.clear()
-                self._ts_cache[key] = ts
-                return ts
-        finally:
-            self._fetch.unassign()
-        raise TimeoutError(f"no record of {self.topic}[{partition}] at {offset} within {timeout}s")
+        msg = first_record(self._fetch, self.topic, partition, offset, timeout)
+        if msg is None:
+            return None
+        if len(self._ts_cache) > 4096:
+            self._ts_cache.clear()
+        ts = self._ts_cache[key] = msg.timestamp()[1]
+        return ts
 
     def watermark(self, now_ms: int, timeout: float = 10.0) -> int:
         """The input watermark in milliseconds (see the module's doc); ``now_ms`` is the wall

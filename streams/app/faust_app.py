@@ -39,7 +39,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from streams.adapters.kafka import consumer_config, producer_config
 from streams.app import metrics
-from streams.app.clock import InputClock
+from streams.app.clock import InputClock, first_record, one_record_config
 from streams.app.positions import InputPartitions, Verdict
 from streams.app.referee import Referee
 from streams.app.router import RawRecord, Routed, Router
@@ -355,22 +355,10 @@ def group_starts(settings: WorkerSettings, topic: str, partitions: list[int]) ->
 def first_offset_from(settings: WorkerSettings, topic: str, partition: int, offset: int) -> int | None:
     """The offset of the first record of ``topic[partition]`` at or after ``offset`` (None if
     there is none yet): tells a real gap in the log from records a consumer did not see."""
-    consumer = Consumer(consumer_config(settings.bootstrap, f"{settings.app_id}-gap",
-                                        **{"enable.partition.eof": True, "queued.min.messages": 1,
-                                           "max.partition.fetch.bytes": 262144}))
+    consumer = Consumer(one_record_config(settings.bootstrap, f"{settings.app_id}-gap"))
     try:
-        consumer.assign([TopicPartition(topic, partition, offset)])
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.2)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    return None
-                continue
-            return msg.offset()
-        raise RuntimeError(f"reading {topic}[{partition}] at {offset} stalled")
+        msg = first_record(consumer, topic, partition, offset, 30.0)
+        return None if msg is None else msg.offset()
     finally:
         consumer.close()
 

@@ -132,3 +132,33 @@ def group_factory() -> Callable[..., str]:
 def group_id(group_factory: Callable[..., str]) -> str:
     """A fresh consumer group id."""
     return group_factory()
+
+
+@pytest.fixture
+def pipeline(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """``make(workers=2, partitions=4, extra_args=()) -> (topics, app_id, workers)``: fresh
+    topics under a new prefix, a new app id and N running worker processes (killed at the end)."""
+    from streams.adapters.kafka import TopicNames, ensure_topics, standard_topics
+    from streams.testing.pipeline import WorkerProcess
+
+    started: list[WorkerProcess] = []
+
+    def make(workers: int = 2, partitions: int = 4, extra_args=()):
+        prefix = f"it{uuid.uuid4().hex[:8]}."
+        topics = TopicNames.from_env(prefix)
+        ensure_topics(kafka_bootstrap, standard_topics(topics, partitions))
+        app_id = f"tt-{prefix.rstrip('.')}"
+        procs = []
+        for i in range(workers):
+            w = WorkerProcess(kafka_bootstrap, prefix, app_id, tmp_path / f"worker{i}", partitions,
+                              extra_args=["--commit-interval", "0.2", "--grace-seconds", "4",
+                                          "--loglevel", "info", *extra_args]).start()
+            procs.append(w)
+            started.append(w)
+        for w in procs:
+            w.wait_ready()
+        return topics, app_id, procs
+
+    yield make
+    for w in started:
+        w.kill()

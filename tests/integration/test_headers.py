@@ -10,10 +10,9 @@ import json
 import uuid
 from pathlib import Path
 
-import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from streams.adapters.kafka import TopicNames, ensure_topics, producer_config, standard_topics
+from streams.adapters.kafka import producer_config
 from streams.client import JobClient
 from streams.codec import Codec, DecodeError
 from streams.codec.headers import (
@@ -25,34 +24,11 @@ from streams.codec.headers import (
     VERSION_HEADER,
 )
 from streams.service.operators import publish_file, release_job
-from streams.testing.pipeline import WorkerProcess, produce_events, wait_quiescent
+from streams.testing.pipeline import produce_events, wait_quiescent
 
 CODEC = Codec()
 SCENARIOS = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios"
 VERSION = f"schemas/v{CODEC.schemas.current_version}".encode()
-
-
-@pytest.fixture
-def pipeline(kafka_bootstrap, tmp_path):
-    """Fresh topics under a new prefix, a new app id, N workers (as test_pipeline's)."""
-    started: list[WorkerProcess] = []
-
-    def make(workers: int = 1, partitions: int = 2):
-        prefix = f"it{uuid.uuid4().hex[:8]}."
-        topics = TopicNames.from_env(prefix)
-        ensure_topics(kafka_bootstrap, standard_topics(topics, partitions))
-        app_id = f"tt-{prefix.rstrip('.')}"
-        procs = [WorkerProcess(kafka_bootstrap, prefix, app_id, tmp_path / f"worker{i}", partitions,
-                               extra_args=["--commit-interval", "0.2", "--grace-seconds", "4"]).start()
-                 for i in range(workers)]
-        started.extend(procs)
-        for w in procs:
-            w.wait_ready()
-        return topics, app_id, procs
-
-    yield make
-    for w in started:
-        w.kill()
 
 
 def read_topic(bootstrap: str, topic: str) -> list:

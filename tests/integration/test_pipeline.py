@@ -11,51 +11,23 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from pathlib import Path
 
-import pytest
 from confluent_kafka import Producer
 
-from streams.adapters.kafka import TopicNames, ensure_topics, producer_config, standard_topics
+from streams.adapters.kafka import producer_config
 from streams.adapters.reader import read_to_end
 from streams.codec import Codec
 from streams.service.analyze import analyze_file
 from streams.service.operators import effective_plans, publish_file
 from streams.testing.invariants import assert_commands_consistent, assert_live_equals_offline
 from streams.testing.cohort import generate_cohorts
-from streams.testing.pipeline import WorkerProcess, wait_quiescent
+from streams.testing.pipeline import wait_quiescent
 
 CODEC = Codec()
 SCENARIOS = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios"
 ID_FIELDS = ("job_id", "checkpoint_id", "source_checkpoint_id", "base_checkpoint_id",
              "restored_checkpoint_id", "final_checkpoint_id", "cohort_id")
-
-
-@pytest.fixture
-def pipeline(kafka_bootstrap, tmp_path):
-    """A factory of fresh pipelines: topics under a new prefix, a new app id, N workers."""
-    started: list[WorkerProcess] = []
-
-    def make(workers: int = 2, partitions: int = 4, extra_args=()):
-        prefix = f"it{uuid.uuid4().hex[:8]}."
-        topics = TopicNames.from_env(prefix)
-        ensure_topics(kafka_bootstrap, standard_topics(topics, partitions))
-        app_id = f"tt-{prefix.rstrip('.')}"
-        procs = []
-        for i in range(workers):
-            w = WorkerProcess(kafka_bootstrap, prefix, app_id, tmp_path / f"worker{i}", partitions,
-                              extra_args=["--commit-interval", "0.2", "--grace-seconds", "4",
-                                          "--loglevel", "info", *extra_args]).start()
-            procs.append(w)
-            started.append(w)
-        for w in procs:
-            w.wait_ready()
-        return topics, app_id, procs
-
-    yield make
-    for w in started:
-        w.kill()
 
 
 def renamed_vectors(path: Path) -> list[str]:
