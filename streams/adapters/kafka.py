@@ -29,7 +29,8 @@ class KafkaAdapterError(Exception):
     """A Kafka operation of traintrace failed; the message says which and why."""
 
 
-_TOPIC_FIELDS = ("events", "control", "alerts", "manifests", "commitments", "dlq", "by_cohort", "checkpoints")
+_TOPIC_FIELDS = ("events", "control", "alerts", "manifests", "commitments", "dlq", "by_cohort", "checkpoints",
+                 "job_cohorts")
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,8 @@ class TopicNames:
     # internal: events routed by cohort (EventBatch, kept), checkpoint statuses (compacted)
     by_cohort: str = "lineage.by-cohort"
     checkpoints: str = "lineage.checkpoints"
+    # internal: the router's job -> cohort map (compacted, partitioned like lineage.events)
+    job_cohorts: str = "lineage.job-cohorts"
 
     @classmethod
     def from_env(cls, prefix: str | None = None) -> "TopicNames":
@@ -186,6 +189,7 @@ def standard_topics(names: TopicNames, partitions: int = 8,
         (names.dlq, small, dict(keep)),
         (names.by_cohort, partitions, dict(keep)),  # the processor's input: the fold order
         (names.checkpoints, partitions, compact),
+        (names.job_cohorts, partitions, compact),  # the router's map: one record per job
     ]
 
 

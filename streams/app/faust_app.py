@@ -29,17 +29,17 @@ import os
 import sys
 import threading
 import time
-import weakref
 from typing import Any
 
 import faust
 from faust.types import TP
-from faust.streams import _current_event
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from streams.adapters.kafka import consumer_config, producer_config
 from streams.app import metrics
 from streams.app.clock import InputClock, first_record, one_record_config
+from streams.app.jobmap import HEADERS as JOBMAP_HEADERS
+from streams.app.jobmap import JobCohortMap, read_map_partitions
 from streams.app.positions import InputPartitions, Verdict
 from streams.app.referee import Referee
 from streams.app.router import RawRecord, Routed, Router
@@ -396,13 +396,11 @@ def create_app(settings: WorkerSettings) -> faust.App:
                              partitions=settings.partitions, acks=False)
     by_cohort_topic = app.topic(topics.by_cohort, key_serializer="raw", value_serializer="raw",
                                 partitions=settings.partitions, acks=False)
-    # job_id -> cohort_id; a key lives in the changelog partition of the event that set it,
-    # which is the job's lineage.events partition, so it is recovered where the job is routed
-    cohort_table = app.Table("job-cohort", default=None, partitions=settings.partitions,
-                             key_type=str, value_type=str, help="job_id -> cohort_id, from each job's JobStarted")
+    # job_id -> cohort_id, kept in lineage.job-cohorts (streams.app.jobmap)
+    jobmap = JobCohortMap()
 
     outbox = Outbox(settings, codec)
-    router = Router(codec, cohort_table)
+    router = Router(codec, jobmap)
     referee = Referee(settings.core, settings.ack_timeout_ms, signer=_signer(settings))
     ckview = CheckpointView(settings, codec)
     clock = InputClock(settings.bootstrap, topics.events, settings.app_id)
@@ -457,7 +455,6 @@ def create_app(settings: WorkerSettings) -> faust.App:
                 offsets[TP(inp.topic, p)] = o
         if not offsets:
             return
-        await app.producer.flush()  # the router's table writes (changelog) come first
         if await app.consumer._commit(offsets):
             for inp in (route, fold):
                 inp.committed_at({tp.partition: o for tp, o in offsets.items() if tp.topic == inp.topic})
@@ -484,6 +481,11 @@ def create_app(settings: WorkerSettings) -> faust.App:
         async with route_lock:
             if ev_parts:
                 starts = await loop.run_in_executor(None, group_starts, settings, topics.events, ev_parts)
+                # the job -> cohort entries of these partitions, whoever routed their JobStarted
+                known = await loop.run_in_executor(None, read_map_partitions, settings.bootstrap,
+                                                   topics.job_cohorts, ev_parts, f"{settings.app_id}-jobmap")
+                for job, cohort in known.items():
+                    jobmap.map.setdefault(job, cohort)
                 for p in ev_parts:
                     route.assign(p, starts[p])
         starts = await loop.run_in_executor(None, group_starts, settings, topics.by_cohort, mine) if mine else {}
@@ -567,14 +569,14 @@ def create_app(settings: WorkerSettings) -> faust.App:
                 skip.add(p)
                 continue
             seek_pending.pop(p, None)
-            # Faust's table (and its RocksDB store) put a key in the changelog partition of
-            # the *current event*; take_events hands a batch over, so set it per record, as
-            # Faust's own per-event iteration does.
-            _current_event.set(weakref.ref(e))
+            jobmap.partition = p  # a job's map entry goes to its events partition
             router.route_one(RawRecord(m.topic, p, o, m.key, m.value, m.timestamp, m.headers), routed, now)
             done[p] = o
             route.advance(p, o)  # (in memory only: committed once the outputs below are out)
-        _current_event.set(None)
+        jobmap.partition = None
+        for job, cohort, p in jobmap.take_pending():
+            outbox.producer.produce(topics.job_cohorts, key=job.encode(), value=cohort.encode(), partition=p,
+                                    headers=JOBMAP_HEADERS, on_delivery=outbox._cb)
         for cohort, events in routed.batches.items():
             for i in range(0, len(events), 1000):
                 value = codec.encode_record("EventBatch", {"cohort_id": cohort, "events": events[i:i + 1000]})

@@ -3,8 +3,8 @@
 It takes raw records of ``lineage.events`` (keyed by job_id), decodes and validates each one
 itself (an undecodable or invalid record becomes a dead letter with the reason; it never
 raises), and groups the valid ones by cohort, in order, for the internal topic keyed by
-cohort_id. The job → cohort map is whatever mapping it is given (a Faust table live, a dict in
-tests). A record's Kafka headers come with it (``RawRecord.headers``): a dead letter keeps them
+cohort_id. The job → cohort map is whatever mapping it is given (streams.app.jobmap live, a dict
+in tests). A record's Kafka headers come with it (``RawRecord.headers``): a dead letter keeps them
 (``DeadLetterRecord.original_headers``; the outbox writes them ``original.``-prefixed).
 """
 
