@@ -37,7 +37,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from streams.adapters.kafka import consumer_config, producer_config
 from streams.app import metrics
-from streams.app.clock import InputClock, first_record, one_record_config
+from streams.app.clock import InputClock
 from streams.app.jobmap import HEADERS as JOBMAP_HEADERS
 from streams.app.jobmap import JobCohortMap, read_map_partitions
 from streams.app.positions import InputPartitions, Verdict
@@ -352,15 +352,39 @@ def group_starts(settings: WorkerSettings, topic: str, partitions: list[int]) ->
         consumer.close()
 
 
-def first_offset_from(settings: WorkerSettings, topic: str, partition: int, offset: int) -> int | None:
-    """The offset of the first record of ``topic[partition]`` at or after ``offset`` (None if
-    there is none yet): tells a real gap in the log from records a consumer did not see."""
-    consumer = Consumer(one_record_config(settings.bootstrap, f"{settings.app_id}-gap"))
+def read_range(settings: WorkerSettings, topic: str, partition: int, start: int, end: int) -> list[RawRecord]:
+    """The records of ``topic[partition]`` at offsets [start, end), read directly: records a
+    worker owns but Faust did not deliver (its fetcher resumed past them after a rebalance and
+    dropped the re-fetched ones) are processed from here, in order. Timestamps in ms."""
+    out: list[RawRecord] = []
+    if end <= start:
+        return out
+    consumer = Consumer(consumer_config(settings.bootstrap, f"{settings.app_id}-direct",
+                                        **{"enable.partition.eof": True}))
     try:
-        msg = first_record(consumer, topic, partition, offset, 30.0)
-        return None if msg is None else msg.offset()
+        consumer.assign([TopicPartition(topic, partition, start)])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for msg in consumer.consume(500, timeout=0.2):
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        return out
+                    continue
+                if msg.offset() >= end:
+                    return out
+                out.append(RawRecord(topic, partition, msg.offset(), msg.key(), msg.value(), msg.timestamp()[1],
+                                     msg.headers()))
+                if msg.offset() + 1 >= end:
+                    return out
+        raise RuntimeError(f"reading {topic}[{partition}] {start}..{end} stalled")
     finally:
         consumer.close()
+
+
+def faust_record(e) -> RawRecord:
+    """A Faust event's message as a :class:`RawRecord` (timestamp in ms)."""
+    m = e.message
+    return RawRecord(m.topic, m.partition, m.offset, m.key, m.value, record_ms(m), m.headers)
 
 
 def create_app(settings: WorkerSettings) -> faust.App:
@@ -513,6 +537,7 @@ def create_app(settings: WorkerSettings) -> faust.App:
                 route.owned.clear()
                 fold.owned.clear()
                 clock.close()
+                watermarks.close()
 
     app.on_before_shutdown.connect(lambda *a, **kw: _stop_processing())
 
@@ -531,48 +556,39 @@ def create_app(settings: WorkerSettings) -> faust.App:
             except Exception as exc:  # never let a batch whose outputs are not out count as done
                 _die("route", exc)
 
-    seek_pending: dict[int, tuple[int, float]] = {}  # events partition -> (position, since)
-
-    async def _gap(e, p: int, o: int) -> bool:
-        """Record ``o`` of ``p`` came beyond the position: True if the log really has nothing
-        in between (route it), False if records were not seen (seek back, skip it)."""
-        pos = route.position[p]
-        pending = seek_pending.get(p)
-        if pending is not None and pending[0] == pos:
-            if time.monotonic() - pending[1] > 60:
-                raise RuntimeError(f"{topics.events}[{p}]: offset {pos} never came back after a seek")
-            return False
-        loop = asyncio.get_running_loop()
-        first = await loop.run_in_executor(None, first_offset_from, settings, topics.events, p, pos)
-        if first == o:
-            return True
-        log.warning("%s[%d]: offset %d came while %d..%d were not seen: seeking back to %d",
-                    topics.events, p, o, pos, o - 1, pos)
-        metrics.SEEKS.inc()
-        seek_pending[p] = (pos, time.monotonic())
-        await app.consumer.seek(e.message.tp, pos)
-        return False
-
     async def _route_batch(batch) -> None:
+        await _route_records([faust_record(e) for e in batch])
+
+    async def _route_records(records: list[RawRecord]) -> None:
+        """Route records of ``lineage.events`` in order: each owned partition's next records;
+        what Faust skipped before one of them is read from the topic and routed first."""
+        loop = asyncio.get_running_loop()
         routed = Routed()
         now = now_ms()
-        done: dict[int, int] = {}
-        skip: set[int] = set()
-        for e in batch:
-            m = e.message
-            p, o = m.partition, m.offset
+        queue = list(records)
+        i = 0
+        while i < len(queue):
+            rec = queue[i]
+            p, o = rec.partition, rec.offset
             verdict = route.classify(p, o)
             if verdict is Verdict.STALE or verdict is Verdict.SEEN:
                 metrics.STALE.inc()
+                i += 1
                 continue
-            if p in skip or (verdict is Verdict.GAP and not await _gap(e, p, o)):
-                skip.add(p)
+            if verdict is Verdict.GAP:
+                missing = await loop.run_in_executor(None, read_range, settings, topics.events, p,
+                                                     route.position[p], o)
+                metrics.DIRECT_READS.inc()
+                log.info("%s[%d]: offsets %d..%d were not delivered: routing them from the topic",
+                         topics.events, p, route.position[p], o - 1)
+                queue[i:i] = missing  # in order, before this record (a real gap in the log: none)
+                if not missing:
+                    route.position[p] = o
                 continue
-            seek_pending.pop(p, None)
             jobmap.partition = p  # a job's map entry goes to its events partition
-            router.route_one(RawRecord(m.topic, p, o, m.key, m.value, m.timestamp, m.headers), routed, now)
-            done[p] = o
+            router.route_one(rec, routed, now)
             route.advance(p, o)  # (in memory only: committed once the outputs below are out)
+            i += 1
         jobmap.partition = None
         for job, cohort, p in jobmap.take_pending():
             outbox.producer.produce(topics.job_cohorts, key=job.encode(), value=cohort.encode(), partition=p,
@@ -596,43 +612,59 @@ def create_app(settings: WorkerSettings) -> faust.App:
                 _die("decide", exc)
 
     async def _decide_batch(batch) -> None:
+        await _decide_records([faust_record(e) for e in batch])
+
+    async def _decide_records(records: list[RawRecord]) -> None:
+        """Fold records of ``lineage.by-cohort`` in order and publish what they decide; what
+        Faust skipped before one of them is read from the topic and folded first."""
+        loop = asyncio.get_running_loop()
         async with lock:
             out: list[Emission] = []
-            # a batch taken before a rebalance may hold records of partitions this worker no
-            # longer owns: skip them, their new owner folds them
-            for e in batch:
-                p, o = e.message.partition, e.message.offset
+            queue = list(records)
+            i = 0
+            while i < len(queue):
+                rec = queue[i]
+                p, o = rec.partition, rec.offset
                 verdict = fold.classify(p, o)
-                if verdict is Verdict.STALE:
+                if verdict is Verdict.STALE or verdict is Verdict.SEEN:
+                    # not ours any more (its new owner folds it), or folded already
                     metrics.STALE.inc()
+                    i += 1
                     continue
                 if verdict is Verdict.GAP:
-                    await catch_up(p, o)  # fold what was not seen from the topic itself
-                elif verdict is Verdict.SEEN:
-                    continue  # already folded by a replay
+                    missing = await loop.run_in_executor(None, read_range, settings, topics.by_cohort, p,
+                                                         position[p], o)
+                    metrics.DIRECT_READS.inc()
+                    log.info("%s[%d]: offsets %d..%d were not delivered: folding them from the topic",
+                             topics.by_cohort, p, position[p], o - 1)
+                    queue[i:i] = missing
+                    if not missing:
+                        position[p] = o
+                    continue
+                i += 1
 
-                def reject(routed, reason, kind, _p=p, _o=o):
-                    rec = {
+                def reject(routed, reason, kind, _p=p, _o=o, _rec=rec):
+                    dead = {
                         "original_topic": topics.events if routed else topics.by_cohort,
                         "original_partition": routed["partition"] if routed else _p,
                         "original_offset": routed["offset"] if routed else _o,
                         "original_key": None,
-                        "original_value": routed["value"] if routed else (e.message.value or b""),
+                        "original_value": routed["value"] if routed else (_rec.value or b""),
                         "reason": reason, "error_kind": kind, "ts": now_ms(),
                     }
                     # the original's headers: the by-cohort record's own, or (an event, whose
                     # headers the EventBatch does not carry) those its type is written with
-                    original = e.message.headers
+                    original = _rec.headers
                     if routed:
                         try:
                             original = codec.headers.event(codec.decode_event(routed["value"])["type"])
                         except (DecodeError, KeyError):
                             original = None
-                    outbox.dead_letter(rec, original if original is not None else ())
+                    outbox.dead_letter(dead, original if original is not None else ())
 
                 # the processor's time of these events is their input record's timestamp (the
                 # router's clock), as in a replay: what it decides is reproducible from the log
-                n, emissions = _fold_batch_value(codec, referee, e.message.value, p, o, record_ms(e.message),
+                n, emissions = _fold_batch_value(codec, referee, rec.value, p, o, rec.timestamp or now_ms(),
                                                  True, reject)
                 out.extend(emissions)
                 fold.advance(p, o)
@@ -644,6 +676,41 @@ def create_app(settings: WorkerSettings) -> faust.App:
             await outbox.flush()
             metrics.observe_published(out)  # traintrace_divergence_to_command_seconds
             metrics.observe_referee(referee)
+
+    watermarks = Consumer(consumer_config(settings.bootstrap, f"{settings.app_id}-watermarks"))
+    waiting: dict[tuple[str, int], int] = {}  # (topic, partition) -> position seen with records waiting
+
+    @app.timer(interval=2.0)
+    async def stalled_partitions() -> None:
+        """An owned partition whose position stays put while records wait past it, over a whole
+        interval: Faust skipped its tail (nothing later arrives to show the gap). Read those
+        records from the topic and process them, in order (at most 5,000 a pass)."""
+        loop = asyncio.get_running_loop()
+        for inp, process, guard in ((route, _route_records, route_lock), (fold, _decide_records, None)):
+            for p in sorted(inp.owned):
+                pos = inp.position.get(p)
+                _low, high = await loop.run_in_executor(
+                    None, lambda p=p, t=inp.topic: watermarks.get_watermark_offsets(TopicPartition(t, p), timeout=10))
+                key = (inp.topic, p)
+                if pos is None or high <= pos:
+                    waiting.pop(key, None)
+                    continue
+                if waiting.get(key) != pos:
+                    waiting[key] = pos
+                    continue
+                records = await loop.run_in_executor(None, read_range, settings, inp.topic, p, pos,
+                                                     min(high, pos + 5000))
+                log.info("%s[%d]: no progress past %d with %d record(s) waiting: processing them from the topic",
+                         inp.topic, p, pos, high - pos)
+                metrics.DIRECT_READS.inc()
+                try:
+                    if guard is not None:
+                        async with guard:
+                            await process(records)
+                    else:
+                        await process(records)
+                except Exception as exc:  # as in the agents: never count unflushed outputs as done
+                    _die("stalled_partitions", exc)
 
     @app.timer(interval=1.0)
     async def housekeeping() -> None:

@@ -56,8 +56,9 @@ STALE = Counter("traintrace_stale_records_skipped_total",
                 "processed (re-fetched after a rebalance)", registry=REGISTRY)
 COMMITS = Counter("traintrace_offset_commits_total", "Offset commits of the processed input positions",
                   registry=REGISTRY)
-SEEKS = Counter("traintrace_input_seeks_total",
-                "Seeks back to the routed position after records came beyond it unseen", registry=REGISTRY)
+DIRECT_READS = Counter("traintrace_input_direct_reads_total",
+                       "Ranges of owned input records Faust did not deliver, read from the topic and processed "
+                       "in order", registry=REGISTRY)
 WATERMARK_LAG = Gauge("traintrace_input_watermark_lag_seconds",
                       "Wall clock minus the input watermark the grace periods run on (last computed)",
                       registry=REGISTRY)

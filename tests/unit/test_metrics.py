@@ -27,7 +27,7 @@ EXPECTED = {
     "traintrace_events_replayed_total": "counter",
     "traintrace_stale_records_skipped_total": "counter",
     "traintrace_offset_commits_total": "counter",
-    "traintrace_input_seeks_total": "counter",
+    "traintrace_input_direct_reads_total": "counter",
     "traintrace_dead_letters_total": "counter",
     "traintrace_records_emitted_total": "counter",
     "traintrace_input_watermark_lag_seconds": "gauge",
