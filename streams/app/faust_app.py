@@ -682,9 +682,10 @@ def create_app(settings: WorkerSettings) -> faust.App:
 
     @app.timer(interval=2.0)
     async def stalled_partitions() -> None:
-        """An owned partition whose position stays put while records wait past it, over a whole
-        interval: Faust skipped its tail (nothing later arrives to show the gap). Read those
-        records from the topic and process them, in order (at most 5,000 a pass)."""
+        """An owned partition whose position stays put over a whole interval while records wait
+        past it that Faust has already read: Faust skipped its tail (nothing later arrives to
+        show the gap). Read those records from the topic and process them, in order (at most
+        5,000 a pass)."""
         loop = asyncio.get_running_loop()
         for inp, process, guard in ((route, _route_records, route_lock), (fold, _decide_records, None)):
             for p in sorted(inp.owned):
@@ -692,7 +693,11 @@ def create_app(settings: WorkerSettings) -> faust.App:
                 _low, high = await loop.run_in_executor(
                     None, lambda p=p, t=inp.topic: watermarks.get_watermark_offsets(TopicPartition(t, p), timeout=10))
                 key = (inp.topic, p)
-                if pos is None or high <= pos:
+                # Faust's own read offset: a stall only once Faust has read the partition to its
+                # end (it still has a backlog to deliver otherwise: reading it here as well
+                # would only duplicate its work)
+                faust_read = app.consumer._read_offset.get(TP(inp.topic, p))
+                if pos is None or high <= pos or faust_read is None or faust_read + 1 < high:
                     waiting.pop(key, None)
                     continue
                 if waiting.get(key) != pos:
