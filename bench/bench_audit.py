@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
-from streams.adapters.kafka import (  # noqa: E402
+from streams.kafka.clients import (  # noqa: E402
     TopicNames,
     client_logger,
     consumer_config,
@@ -39,11 +39,11 @@ from streams.adapters.kafka import (  # noqa: E402
     standard_topics,
 )
 from streams.codec import Codec  # noqa: E402
-from streams.service.audit import audit  # noqa: E402
-from streams.service.auditlog import TOPICS, load_archive, load_topics  # noqa: E402
-from streams.service.export import export  # noqa: E402
+from streams.audit.audit import audit  # noqa: E402
+from streams.audit.log import TOPICS, load_archive, load_topics  # noqa: E402
+from streams.audit.export import export  # noqa: E402
 from streams.testing.cohort import chain_events, generate_cohorts  # noqa: E402
-from streams.testing.pipeline import WorkerProcess, produce_events, wait_quiescent  # noqa: E402
+from streams.worker.process import WorkerProcess, produce_events, wait_quiescent  # noqa: E402
 
 CODEC = Codec()
 AUDITED = ("events", "input", "control", "manifests", "commitments")
@@ -94,7 +94,7 @@ def main() -> None:
     args = ap.parse_args()
     bootstrap = args.bootstrap
     if bootstrap is None:
-        from streams.adapters.broker import LocalBroker, default_data_dir
+        from streams.kafka.broker import LocalBroker, default_data_dir
 
         broker = LocalBroker(default_data_dir())
         st = broker.status()

@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
-from streams.adapters.kafka import TopicNames, ensure_topics, standard_topics  # noqa: E402
+from streams.kafka.clients import TopicNames, ensure_topics, standard_topics  # noqa: E402
 from streams.client import JobClient, hash_path  # noqa: E402
 
 
@@ -54,7 +54,7 @@ class _Broker:
 
     def __enter__(self) -> "_Broker":
         if self.bootstrap is None:
-            from streams.adapters.broker import LocalBroker
+            from streams.kafka.broker import LocalBroker
 
             self.tmp = tempfile.TemporaryDirectory(prefix="tt-bench-client-broker-")
             self.broker = LocalBroker(self.tmp.name, die_with_parent=True)

@@ -1,7 +1,7 @@
 """Memory of a live worker's fold (issue 10 item 6): what each folded event leaves behind.
 
-Folds a generated stream through one :class:`~streams.app.referee.Referee` in-process, the
-way the decide agent of ``traintrace worker`` does (``streams/app/faust_app.py``):
+Folds a generated stream through one :class:`~streams.referee.referee.Referee` in-process, the
+way the decide agent of ``traintrace worker`` does (``streams/worker/faust_app.py``):
 
 - events are routed by cohort (:class:`~streams.core.cohorts.CohortRouter`) and cut into input
   batches (a new batch when the cohort changes or at ``--batch`` events; a batch's events share
@@ -56,8 +56,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from streams.app.faust_app import CheckpointView  # noqa: E402
-from streams.app.referee import Referee  # noqa: E402
+from streams.worker.faust_app import CheckpointView  # noqa: E402
+from streams.referee.referee import Referee  # noqa: E402
 from streams.codec import Codec  # noqa: E402
 from streams.core.cohorts import CohortRouter  # noqa: E402
 from streams.core.events import parse_event  # noqa: E402

@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
-from streams.adapters.kafka import (  # noqa: E402
+from streams.kafka.clients import (  # noqa: E402
     TopicNames,
     client_logger,
     consumer_config,
@@ -40,7 +40,7 @@ from streams.adapters.kafka import (  # noqa: E402
 )
 from streams.codec import Codec  # noqa: E402
 from streams.testing.cohort import generate_cohorts  # noqa: E402
-from streams.testing.pipeline import WorkerProcess, produce_events, wait_quiescent  # noqa: E402
+from streams.worker.process import WorkerProcess, produce_events, wait_quiescent  # noqa: E402
 
 CODEC = Codec()
 
@@ -218,7 +218,7 @@ def main() -> None:
     broker = None
     bootstrap = args.bootstrap
     if bootstrap is None:
-        from streams.adapters.broker import LocalBroker
+        from streams.kafka.broker import LocalBroker
 
         broker = LocalBroker(Path(tempfile.mkdtemp(prefix="tt-bench-broker-")))
         bootstrap = broker.start()

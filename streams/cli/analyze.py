@@ -14,9 +14,9 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from rich.table import Table
 from rich.tree import Tree
 
-from streams.adapters.jsonl import JsonlError
+from streams.files.jsonl import JsonlError
 from streams.core.state import Config
-from streams.service.analyze import analyze_file
+from streams.audit.analyze import analyze_file
 
 
 def core_options(f):
@@ -37,7 +37,7 @@ def core_options(f):
 def _parse_as_of(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
     if value is None:
         return None
-    from streams.service.auditlog import parse_time
+    from streams.audit.log import parse_time
 
     try:
         return parse_time(value)
@@ -114,9 +114,9 @@ def analyze(file: str, as_json: bool, skip_invalid: bool, as_of_ms: int | None, 
 def _analyze_as_of(err: Console, file: str, t_ms: int, config: Config, skip_invalid: bool, as_json: bool,
                    grace_ms: int | None) -> None:
     from streams.cli.asof_view import render_as_of
-    from streams.service.asof import as_of, load_jsonl_log
-    from streams.adapters.archive import ArchiveError
-    from streams.service.auditlog import AuditLogError, load_archive
+    from streams.audit.asof import as_of, load_jsonl_log
+    from streams.files.archive import ArchiveError
+    from streams.audit.log import AuditLogError, load_archive
 
     skipped = []
     try:

@@ -1,4 +1,4 @@
-"""Rich rendering of an "as of" answer (:func:`streams.service.asof.as_of`), shared by
+"""Rich rendering of an "as of" answer (:func:`streams.audit.asof.as_of`), shared by
 ``traintrace analyze --as-of`` and ``traintrace audit --as-of``."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from streams.cli.common import plans_table
-from streams.service.asof import iso_utc
+from streams.audit.asof import iso_utc
 
 
 def _ts(ms: int | None) -> str:

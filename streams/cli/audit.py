@@ -59,10 +59,10 @@ def audit(source: str, as_json: bool, report_path: str | None, trusted_keys: str
 
     Exit status: 0 when every check passes, 1 when one fails, 2 when the log cannot be read.
     """
-    from streams.adapters.archive import ArchiveError
-    from streams.adapters.jsonl import JsonlError
-    from streams.service.audit import audit as run_audit
-    from streams.service.auditlog import AuditLogError, load, parse_time
+    from streams.files.archive import ArchiveError
+    from streams.files.jsonl import JsonlError
+    from streams.audit.audit import audit as run_audit
+    from streams.audit.log import AuditLogError, load, parse_time
 
     until = make_until(until_time, until_offsets)
     err = Console(stderr=True)
@@ -74,7 +74,7 @@ def audit(source: str, as_json: bool, report_path: str | None, trusted_keys: str
     keys = None
     if trusted_keys:
         try:
-            from streams.service.signing import load_keyring
+            from streams.signing import load_keyring
 
             keys = load_keyring(trusted_keys)
         except Exception as exc:  # a bad key file is the user's input: say which
@@ -93,7 +93,7 @@ def audit(source: str, as_json: bool, report_path: str | None, trusted_keys: str
             t_ms = parse_time(as_of)
         except ValueError as exc:
             fail(str(exc))
-        from streams.service.asof import as_of as run_as_of
+        from streams.audit.asof import as_of as run_as_of
 
         answer = run_as_of(log, t_ms, config)
         if as_json:
@@ -140,7 +140,7 @@ def render(console: Console, report, show: int = 10) -> None:
     for col in ("check", "verdict", "checked", "failed", "warnings", "what"):
         table.add_column(col)
     colour = {"PASS": "green", "FAIL": "red", "SKIPPED": "yellow"}
-    from streams.service.audit import TITLES
+    from streams.audit.audit import TITLES
 
     for c in report.checks:
         table.add_row(c.name, f"[{colour[c.verdict]}]{c.verdict}[/]", str(c.checked), str(c.failed),

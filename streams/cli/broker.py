@@ -1,7 +1,7 @@
 """``traintrace broker``: run a real Apache Kafka 4.x broker locally (one KRaft node, 127.0.0.1).
 
-Thin: everything happens in :mod:`streams.adapters.broker`; this module only parses flags,
-shows progress and turns :class:`~streams.adapters.broker.BrokerError` into a one-line message
+Thin: everything happens in :mod:`streams.kafka.broker`; this module only parses flags,
+shows progress and turns :class:`~streams.kafka.broker.BrokerError` into a one-line message
 on stderr with exit status 2.
 """
 
@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console
 
-from streams.adapters import broker as lib
+from streams.kafka import broker as lib
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -7,7 +7,7 @@ import sys
 import click
 from rich.console import Console
 
-from streams.adapters.kafka import BOOTSTRAP_ENV
+from streams.kafka.clients import BOOTSTRAP_ENV
 
 err_console = Console(stderr=True)
 
@@ -31,7 +31,7 @@ def resolve_bootstrap(bootstrap: str | None, start: bool = True) -> tuple[str, b
     """
     if bootstrap:
         return bootstrap, False
-    from streams.adapters.broker import BrokerError, LocalBroker, default_data_dir
+    from streams.kafka.broker import BrokerError, LocalBroker, default_data_dir
 
     broker = LocalBroker(default_data_dir())
     status = broker.status()

@@ -56,7 +56,7 @@ def demo(bootstrap: str | None, gate: str, workers: int, work_dir: Path | None, 
     check's verdict and the commands that redo it. Exit status 1 when the story (the audit
     included) did not come out as expected.
     """
-    from streams.service.demo import DemoError, delete_run_topics, run_demo
+    from streams.demo.pipeline import DemoError, delete_run_topics, run_demo
 
     console = Console()
     if not console.is_terminal and "COLUMNS" not in os.environ:

@@ -10,8 +10,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from streams.cli.common import fail
 from streams.cli.publish import bootstrap_option, operator_errors, read_bootstrap, topic_prefix_option, topics_for
-from streams.service.auditlog import TOPICS, Until, parse_offsets, parse_time
-from streams.service.export import CODECS, DEFAULT_TOPICS
+from streams.audit.log import TOPICS, Until, parse_offsets, parse_time
+from streams.audit.export import CODECS, DEFAULT_TOPICS
 
 
 def until_options(f):
@@ -65,7 +65,7 @@ def export(out: str, topic_list: str, until_time: str | None, until_offsets: str
     until = make_until(until_time, until_offsets)
     bootstrap = read_bootstrap(bootstrap)
     names = topics_for(topic_prefix)
-    from streams.service.export import export as run_export
+    from streams.audit.export import export as run_export
 
     console = Console(stderr=True)
     with operator_errors():

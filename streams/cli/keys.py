@@ -27,7 +27,7 @@ def keygen(out_dir: Path, force: bool, as_json: bool) -> None:
     The key id is the first 16 hex characters of SHA-256 of the raw public key. Refuses to
     replace an existing processor.key unless --force.
     """
-    from streams.service.signing import SigningError, write_keypair
+    from streams.signing import SigningError, write_keypair
 
     try:
         pair = write_keypair(out_dir, overwrite=force)

@@ -73,9 +73,9 @@ def prove(source: str, head_job: str | None, event_ref: str | None, sizes: str |
     if recompute and head_job is None:
         fail("--recompute goes with --head", 1)
 
-    from streams.adapters.archive import ArchiveError
-    from streams.service.auditlog import AuditLogError, load
-    from streams.service.proofs import ProofError, prove_consistency, prove_event, prove_head, replay
+    from streams.files.archive import ArchiveError
+    from streams.audit.log import AuditLogError, load
+    from streams.audit.proofs import ProofError, prove_consistency, prove_event, prove_head, replay
 
     err = Console(stderr=True)
     with operator_errors():
@@ -145,8 +145,8 @@ def verify_proof(file: str, trusted_keys: tuple[Path, ...], as_json: bool) -> No
     Prints "VALID …" and exits 0, or "INVALID: why" and exits 1 (2 when FILE or the keyring
     cannot be read).
     """
-    from streams.service.proofs import verify_proof as check
-    from streams.service.signing import SigningError, load_keyring
+    from streams.audit.proofs import verify_proof as check
+    from streams.signing import SigningError, load_keyring
 
     trusted = None
     if trusted_keys:
@@ -160,7 +160,7 @@ def verify_proof(file: str, trusted_keys: tuple[Path, ...], as_json: bool) -> No
         fail(f"cannot read {file}: {exc.strerror or exc}")
     except UnicodeDecodeError:
         text = ""
-    from streams.service.proofs import ProofVerdict
+    from streams.audit.proofs import ProofVerdict
 
     try:
         verdict = check(json.loads(text), trusted)

@@ -17,8 +17,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from streams.adapters.jsonl import JsonlError
-from streams.adapters.kafka import (
+from streams.files.jsonl import JsonlError
+from streams.kafka.clients import (
     BOOTSTRAP_ENV,
     KafkaAdapterError,
     TopicNames,
@@ -65,8 +65,8 @@ def read_bootstrap(bootstrap: str | None) -> str:
 @contextmanager
 def operator_errors() -> Iterator[None]:
     """One clear line on stderr: exit 1 for bad input, 2 for Kafka and the environment."""
-    from streams.adapters.reader import ReaderError, TopicNotFound
-    from streams.service.operators import OperatorError
+    from streams.kafka.reader import ReaderError, TopicNotFound
+    from streams.operators.operators import OperatorError
 
     try:
         yield
@@ -105,7 +105,7 @@ def publish(file: str, skip_invalid: bool, create_topics: bool, as_json: bool,
     bootstrap = read_bootstrap(bootstrap)
     topics = topics_for(topic_prefix)
     from streams.codec import Codec
-    from streams.service.operators import publish_file
+    from streams.operators.operators import publish_file
 
     bar: Progress | None = None
     progress_cb = None

@@ -86,12 +86,12 @@ def report(source: str, cohort: str | None, out: str, png: str | None, no_png: b
     Exit 2 when SOURCE cannot be read (missing file, bad line, not an archive, no broker) or the
     cohort is not in the log.
     """
-    from streams.adapters.archive import ArchiveError
-    from streams.adapters.jsonl import JsonlError
-    from streams.adapters.reader import ReaderError
+    from streams.files.archive import ArchiveError
+    from streams.files.jsonl import JsonlError
+    from streams.kafka.reader import ReaderError
     from streams.core.state import Config
-    from streams.service.auditlog import AuditLogError, load
-    from streams.service.report import build, render_html, render_png, render_svg
+    from streams.audit.log import AuditLogError, load
+    from streams.report.report import build, render_html, render_png, render_svg
 
     err = Console(stderr=True)
     config = Config(window=window, spike_factor=spike_factor, taint_margin=taint_margin)

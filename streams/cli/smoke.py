@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from streams.cli.common import bootstrap_option, fail, resolve_bootstrap
-from streams.service.smoke import SmokeError, run_smoke
+from streams.demo.smoke import SmokeError, run_smoke
 
 
 @click.command()
@@ -44,7 +44,7 @@ def smoke(bootstrap: str | None, partitions: int, live: bool, as_json: bool) -> 
     if live:
         import tempfile
 
-        from streams.service.smoke import run_live
+        from streams.demo.smoke import run_live
 
         with tempfile.TemporaryDirectory(prefix="traintrace-smoke-") as tmp:
             try:

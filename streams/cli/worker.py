@@ -73,7 +73,7 @@ def worker(bootstrap, topic_prefix, app_id, partitions, data_dir, store, web_por
     would lose records (finite retention, compaction) unless --allow-finite-retention.
     Stops cleanly on Ctrl-C / SIGTERM.
     """
-    from streams.adapters.kafka import (
+    from streams.kafka.clients import (
         FiniteRetentionError,
         KafkaAdapterError,
         TopicNames,
@@ -82,12 +82,12 @@ def worker(bootstrap, topic_prefix, app_id, partitions, data_dir, store, web_por
         seed_group_offsets,
         standard_topics,
     )
-    from streams.app.settings import WorkerSettings
+    from streams.worker.settings import WorkerSettings
     from streams.core.state import Config
 
     key_note = "commitments unsigned"
     if signing_key is not None:  # fail before starting anything when the key is unusable
-        from streams.service.signing import CommitmentSigner, SigningError
+        from streams.signing import CommitmentSigner, SigningError
 
         try:
             key_note = f"commitments signed by key {CommitmentSigner.from_file(signing_key).key_id}"
@@ -125,7 +125,7 @@ def worker(bootstrap, topic_prefix, app_id, partitions, data_dir, store, web_por
         signing_key=signing_key,
     )
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    from streams.app.datadir import prepare_data_dir
+    from streams.worker.datadir import prepare_data_dir
 
     try:  # a data dir of another app id, or a table cache of another Kafka log (Faust's ConsistencyError)
         note = prepare_data_dir(settings, reset=reset_data_dir)
@@ -141,7 +141,7 @@ def worker(bootstrap, topic_prefix, app_id, partitions, data_dir, store, web_por
 def run_worker(settings) -> None:
     import faust
 
-    from streams.app.faust_app import create_app
+    from streams.worker.faust_app import create_app
 
     os.environ.setdefault("F_DATADIR", str(settings.data_dir))
     app = create_app(settings)

@@ -1,6 +1,6 @@
 """The load-time gate: ask a worker whether a checkpoint may be loaded.
 
-``GET {worker_url}/checkpoints/{id}`` (see :mod:`streams.app.views`) answers
+``GET {worker_url}/checkpoints/{id}`` (see :mod:`streams.worker.views`) answers
 ``{"status": "clean" | "tainted" | "unknown", "content_hash", "incident_ids", ...}``. Any failure
 to get an answer (connection refused, timeout, HTTP error, a body that is not that JSON) is
 reported as ``unknown`` with the reason in ``error``: a gate that cannot ask does not let a

@@ -72,7 +72,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from streams.adapters.kafka import BOOTSTRAP_ENV, TopicNames
+from streams.kafka.clients import BOOTSTRAP_ENV, TopicNames
 from streams.client.control import (
     ACTIONS,
     HALT,
@@ -90,7 +90,8 @@ from streams.client.delivery import Delivery
 from streams.client.errors import ClientError, GateRefused
 from streams.client.gate import checkpoint_status
 from streams.client.hashing import hash_path
-from streams.client.journal import Journal, WalEntry, atomic_write
+from streams.client.journal import Journal, WalEntry
+from streams.files.atomic import atomic_write
 from streams.codec import Codec, EncodeError
 from streams.core.chain import GENESIS, chain_hash
 from streams.core.errors import InvalidEvent

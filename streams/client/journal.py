@@ -38,7 +38,6 @@ import contextlib
 import fcntl
 import json
 import os
-import tempfile
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from streams.client.errors import ClientError
+from streams.files.atomic import atomic_write
 
 JOURNAL_FILE = "traintrace-journal.json"
 WAL_FILE = "traintrace-journal.wal"
@@ -156,39 +156,6 @@ class JournalState:
             self.finished = False
             if e.command_id and e.command_id not in self.applied_commands:
                 self.applied_commands.append(e.command_id)
-
-
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def atomic_write(path: str | os.PathLike[str], data: bytes, mode: int | None = None) -> None:
-    """Write ``data`` to ``path`` atomically: a unique temporary file beside it (with ``mode``
-    from the start, when given: a key file is never readable by others), fsync, rename, fsync
-    the directory. The temporary file is removed if anything fails."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        if mode is not None:
-            os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    _fsync_dir(path.parent)
 
 
 class Journal:

@@ -23,7 +23,7 @@ job's hash chain in one cohort and carries the concurrency snapshot those heads 
     log with one leaf :func:`event_leaf` per event the cohort's lineage accepted (duplicates and
     refused events are not in it), in the order it folded them. See "The fold log" below.
 ``signature`` / ``key_id``
-    None here; :mod:`streams.service.signing` fills them.
+    None here; :mod:`streams.signing` fills them.
 
 The leaf of one head (:func:`head_leaf`) is the SPEC §10 part encoding of
 ``(job_id, seq, hash)``: each part as UTF-8 text — ``seq`` in decimal, a missing hash as the

@@ -58,7 +58,7 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from streams.client.journal import atomic_write
+from streams.files.atomic import atomic_write
 from streams.demo import model as M
 
 __all__ = [

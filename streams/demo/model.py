@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streams.client.journal import atomic_write
+from streams.files.atomic import atomic_write
 
 __all__ = [
     "TaskConfig",

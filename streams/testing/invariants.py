@@ -18,12 +18,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from streams.adapters.kafka import TopicNames
-from streams.adapters.reader import read_to_end
+from streams.kafka.clients import TopicNames
+from streams.kafka.reader import read_to_end
 from streams.codec import Codec, DecodeError
 from streams.core.errors import InvalidEvent
 from streams.core.events import parse_event
-from streams.service.operators import effective_plans
+from streams.operators.operators import effective_plans
 
 CODEC = Codec()
 PLAN_FIELDS = ("job_id", "incarnation", "action", "target_checkpoint_id", "target_step", "incident_ids",

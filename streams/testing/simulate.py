@@ -1,8 +1,8 @@
 """The topics the live pipeline would leave for a log, built in-process (no Kafka, no Faust).
 
 For unit tests of whatever reads a whole log (the audit, proofs, the report): the events of a
-log go through the same :class:`~streams.app.router.Router` and
-:class:`~streams.app.referee.Referee` the worker runs, batched as the router batches them, and
+log go through the same :class:`~streams.worker.router.Router` and
+:class:`~streams.referee.referee.Referee` the worker runs, batched as the router batches them, and
 every record the referee emits lands on its logical topic with a position and a timestamp —
 ``input`` (EventBatch), ``control``, ``manifests``, ``commitments`` (every ``commit_every``
 batches, signed when a signer is given), ``dlq``.
@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from streams.adapters.archive import LogRecord
-from streams.app.referee import Referee
-from streams.app.router import RawRecord, Router
+from streams.files.archive import LogRecord
+from streams.referee.referee import Referee
+from streams.worker.router import RawRecord, Router
 from streams.codec import Codec
 from streams.core.events import parse_event
-from streams.service.auditlog import AuditLog, load
+from streams.audit.log import AuditLog, load
 
 T0 = 1_760_000_000_000
 
@@ -25,7 +25,7 @@ T0 = 1_760_000_000_000
 def simulate_pipeline(source: str | AuditLog, signer: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
                       batch: int = 7, commit_every: int = 3, grace_ms: int | None = None,
                       codec: Codec | None = None) -> AuditLog:
-    """``source`` (a path :func:`~streams.service.auditlog.load` reads, or an events-only log)
+    """``source`` (a path :func:`~streams.audit.log.load` reads, or an events-only log)
     with the processor's topics added. Batch ``i`` is stamped ``T0 + 1000 * i``; with
     ``grace_ms``, the referee's clock-driven tick runs after every batch, as the worker's
     housekeeping timer does."""

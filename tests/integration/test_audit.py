@@ -22,16 +22,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from streams.adapters.archive import LogRecord, read_archive, write_archive
-from streams.adapters.kafka import TopicNames, ensure_topics, standard_topics
+from streams.files.archive import LogRecord, read_archive, write_archive
+from streams.kafka.clients import TopicNames, ensure_topics, standard_topics
 from streams.cli.main import cli
 from streams.codec import Codec
-from streams.service.audit import audit, recomputed_digest
-from streams.service.auditlog import Until, load_archive, load_topics
-from streams.service.export import export
-from streams.service.operators import publish_file
+from streams.audit.audit import audit, recomputed_digest
+from streams.audit.log import Until, load_archive, load_topics
+from streams.audit.export import export
+from streams.operators.operators import publish_file
 from streams.testing.cohort import chain_events, generate_cohorts
-from streams.testing.pipeline import WorkerProcess, wait_quiescent
+from streams.worker.process import WorkerProcess, wait_quiescent
 
 CODEC = Codec()
 SCENARIOS = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios"
@@ -105,7 +105,7 @@ def test_clean_run_passes_every_check(run):
 
 
 def test_signatures_checked_against_the_keyring(run):
-    from streams.service.signing import load_keyring
+    from streams.signing import load_keyring
 
     good = audit(load_archive(str(run["archive"])), trusted_keys=load_keyring(str(run["keys"])))
     assert good.passed and good.check("commitments").checked >= 10
@@ -116,7 +116,7 @@ def test_signatures_checked_against_the_keyring(run):
 
 
 def test_unsigned_commitment_rejected_with_a_keyring(run, tmp_path):
-    from streams.service.signing import load_keyring
+    from streams.signing import load_keyring
 
     def change(records):
         for i, r in enumerate(records):
@@ -321,7 +321,7 @@ def test_alter_one_manifest(run, tmp_path):
 
 
 def test_split_across_processes_gives_the_same_report(run, tmp_path, monkeypatch):
-    import streams.service.audit as A
+    import streams.audit.audit as A
 
     log = load_archive(str(run["archive"]))
     one = audit(log, workers=1)

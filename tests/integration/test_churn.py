@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from streams.adapters.kafka import TopicNames, ensure_topics, producer_config, standard_topics
+from streams.kafka.clients import TopicNames, ensure_topics, producer_config, standard_topics
 from streams.codec import Codec
-from streams.service.analyze import analyze_file
+from streams.audit.analyze import analyze_file
 from streams.testing.cohort import generate_cohorts
 from streams.testing.invariants import (
     assert_commands_consistent,
@@ -36,7 +36,7 @@ from streams.testing.invariants import (
     assert_routed_once_in_order,
     dlq_origins,
 )
-from streams.testing.pipeline import WorkerProcess, wait_quiescent
+from streams.worker.process import WorkerProcess, wait_quiescent
 
 CODEC = Codec()
 GRACE_S = 4
@@ -152,8 +152,8 @@ def check_everything(bootstrap: str, topics: TopicNames, app_id: str, log: Path,
     offline = analyze_file(str(log)).result
     assert_live_equals_offline(bootstrap, topics, offline)
     copies = assert_commands_consistent(bootstrap, topics)
-    from streams.service.audit import audit
-    from streams.service.auditlog import load_topics
+    from streams.audit.audit import audit
+    from streams.audit.log import load_topics
 
     report = audit(load_topics(bootstrap, topics))
     assert report.passed, [f.line() for c in report.checks for f in c.failures][:10]

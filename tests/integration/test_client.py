@@ -26,15 +26,15 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from streams.adapters.broker import LocalBroker, pick_free_port
-from streams.adapters.kafka import TopicNames, ensure_topics, producer_config, standard_topics
-from streams.adapters.reader import read_to_end
+from streams.kafka.broker import LocalBroker, pick_free_port
+from streams.kafka.clients import TopicNames, ensure_topics, producer_config, standard_topics
+from streams.kafka.reader import read_to_end
 from streams.client import ControlCommand, GateRefused, JobClient, hash_path
 from streams.codec import Codec
 from streams.core.chain import GENESIS, verify_link
 from streams.core.events import parse_event
-from streams.service.operators import effective_plans, release_job
-from streams.testing.pipeline import WorkerProcess, free_port, wait_quiescent
+from streams.operators.operators import effective_plans, release_job
+from streams.worker.process import WorkerProcess, free_port, wait_quiescent
 
 CODEC = Codec()
 WAIT = 90.0
@@ -310,7 +310,7 @@ def test_the_gate_refuses_a_tainted_checkpoint_and_a_wrong_content_load(pipeline
 
 SCRIPT = textwrap.dedent("""
     import os, sys, time
-    from streams.adapters.kafka import TopicNames
+    from streams.kafka.clients import TopicNames
     from streams.client import JobClient
     job, jdir, bootstrap, prefix, first, last, finish = sys.argv[1:]
     c = JobClient(job, "ck", "base-model", journal_dir=jdir, bootstrap=bootstrap,

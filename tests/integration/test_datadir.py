@@ -3,8 +3,8 @@
 Faust raised ``ConsistencyError`` at recovery when its table's persisted changelog offset was
 beyond the changelog's high watermark (another app id's or another cluster's data dir), and the
 worker crashed at every restart. The worker keeps no Faust table any more (the router's map is
-``streams.app.jobmap``, read from Kafka at every assignment), so that crash cannot happen; the
-data dir still records which app id owns it (``streams.app.datadir``), and a worker of another
+``streams.worker.jobmap``, read from Kafka at every assignment), so that crash cannot happen; the
+data dir still records which app id owns it (``streams.worker.datadir``), and a worker of another
 app id is refused in one line. The marker and cache logic itself is unit-tested in
 tests/unit/test_datadir.py.
 """
@@ -21,11 +21,11 @@ import pytest
 from confluent_kafka import KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from streams.adapters.kafka import TopicNames, ensure_topics, standard_topics
-from streams.app.datadir import MARKER_NAME, prepare_data_dir
-from streams.app.settings import WorkerSettings
-from streams.service.operators import publish_file
-from streams.testing.pipeline import WorkerProcess, wait_quiescent
+from streams.kafka.clients import TopicNames, ensure_topics, standard_topics
+from streams.worker.datadir import MARKER_NAME, prepare_data_dir
+from streams.worker.settings import WorkerSettings
+from streams.operators.operators import publish_file
+from streams.worker.process import WorkerProcess, wait_quiescent
 
 SCENARIO = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios" / "14_pbt_cohort.jsonl"
 ID_FIELDS = ("job_id", "checkpoint_id", "source_checkpoint_id", "base_checkpoint_id",

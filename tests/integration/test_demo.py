@@ -27,7 +27,7 @@ from typing import Any, Iterator
 import pytest
 
 from streams.demo.scenario import STEPS, expected
-from streams.service.demo import check_story, delete_run_topics, expected_for
+from streams.demo.pipeline import check_story, delete_run_topics, expected_for
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 420  # the command itself takes seconds; generous for a loaded machine

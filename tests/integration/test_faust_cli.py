@@ -1,4 +1,4 @@
-"""Faust's own command line on the worker's app: ``faust -A streams.app.worker_app --json agents``
+"""Faust's own command line on the worker's app: ``faust -A streams.worker.worker_app --json agents``
 and ``… tables`` run as subprocesses (the ``faust`` console script of the environment) and their
 JSON parsed. They only list: no worker runs, and the broker is not needed (checked with an
 unreachable one). The module's settings come from the variables of ``traintrace worker``, with its
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from streams.app.settings import WorkerSettings
+from streams.worker.settings import WorkerSettings
 
 FAUST = Path(sys.executable).with_name("faust")
-MODULE = "streams.app.worker_app"
+MODULE = "streams.worker.worker_app"
 UNREACHABLE = "127.0.0.1:1"
 
 
@@ -55,7 +55,7 @@ def test_faust_agents_json(tmp_path, kafka_bootstrap, prefix, broker):
 
 def test_faust_tables_json(tmp_path, prefix):
     tables = faust_json(tmp_path, UNREACHABLE, prefix, "tables")
-    # the worker keeps no Faust table (the router's map is streams.app.jobmap): an empty list
+    # the worker keeps no Faust table (the router's map is streams.worker.jobmap): an empty list
     assert tables == []
 
 

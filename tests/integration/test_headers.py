@@ -12,7 +12,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from streams.adapters.kafka import producer_config
+from streams.kafka.clients import producer_config
 from streams.client import JobClient
 from streams.codec import Codec, DecodeError
 from streams.codec.headers import (
@@ -23,8 +23,8 @@ from streams.codec.headers import (
     TYPE_HEADER,
     VERSION_HEADER,
 )
-from streams.service.operators import publish_file, release_job
-from streams.testing.pipeline import produce_events, wait_quiescent
+from streams.operators.operators import publish_file, release_job
+from streams.worker.process import produce_events, wait_quiescent
 
 CODEC = Codec()
 SCENARIOS = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios"

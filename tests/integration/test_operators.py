@@ -20,15 +20,15 @@ from click.testing import CliRunner
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from streams.adapters.broker import pick_free_port
-from streams.adapters.jsonl import LineError, read_events
-from streams.adapters.kafka import TopicNames, ensure_topics, producer_config, standard_topics
-from streams.adapters.reader import TopicNotFound, read_to_end, topic_partitions
+from streams.kafka.broker import pick_free_port
+from streams.files.jsonl import LineError, read_events
+from streams.kafka.clients import TopicNames, ensure_topics, producer_config, standard_topics
+from streams.kafka.reader import TopicNotFound, read_to_end, topic_partitions
 from streams.cli.main import cli
 from streams.codec import Codec
 from streams.core.events import event_to_dict
 from streams.core.ids import command_id, hash_parts
-from streams.service.operators import (
+from streams.operators.operators import (
     alerts,
     effective_plans,
     publish_file,

@@ -15,14 +15,14 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from streams.adapters.kafka import producer_config
-from streams.adapters.reader import read_to_end
+from streams.kafka.clients import producer_config
+from streams.kafka.reader import read_to_end
 from streams.codec import Codec
-from streams.service.analyze import analyze_file
-from streams.service.operators import effective_plans, publish_file
+from streams.audit.analyze import analyze_file
+from streams.operators.operators import effective_plans, publish_file
 from streams.testing.invariants import assert_commands_consistent, assert_live_equals_offline
 from streams.testing.cohort import generate_cohorts
-from streams.testing.pipeline import wait_quiescent
+from streams.worker.process import wait_quiescent
 
 CODEC = Codec()
 SCENARIOS = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios"
@@ -109,8 +109,8 @@ def test_kill_9_a_worker_mid_stream_and_restart(pipeline, kafka_bootstrap, tmp_p
     assert list(read_to_end(kafka_bootstrap, topics.dlq)) == []
     # and an audit of the topics finds every command and manifest exactly where the log implies
     # (the recovering worker re-published what the fold decided, byte for byte)
-    from streams.service.audit import audit
-    from streams.service.auditlog import load_topics
+    from streams.audit.audit import audit
+    from streams.audit.log import load_topics
 
     report = audit(load_topics(kafka_bootstrap, topics))
     assert report.passed, [f.line() for c in report.checks for f in c.failures][:10]

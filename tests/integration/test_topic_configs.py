@@ -15,7 +15,7 @@ import uuid
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
-from streams.adapters.kafka import (
+from streams.kafka.clients import (
     AUDIT_TOPICS,
     FiniteRetentionError,
     TopicNames,
@@ -24,7 +24,7 @@ from streams.adapters.kafka import (
     retention_findings,
     standard_topics,
 )
-from streams.testing.pipeline import WorkerProcess
+from streams.worker.process import WorkerProcess
 
 WEEK_MS = "604800000"
 

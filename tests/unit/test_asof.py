@@ -28,13 +28,13 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from streams.adapters.archive import LogRecord
+from streams.files.archive import LogRecord
 from streams.cli.asof_view import render_as_of
 from streams.cli.main import cli
 from streams.codec import Codec
-from streams.service.analyze import analyze_file
-from streams.service.asof import as_of, iso_utc, load_jsonl_log
-from streams.service.auditlog import AuditLog, load, parse_time
+from streams.audit.analyze import analyze_file
+from streams.audit.asof import as_of, iso_utc, load_jsonl_log
+from streams.audit.log import AuditLog, load, parse_time
 
 from .vectors import scenarios_dir
 
@@ -413,7 +413,7 @@ def test_cli_analyze_as_of_skip_invalid(tmp_path):
 def test_cli_analyze_as_of_reads_an_archive(tmp_path, seed_log):
     """An audit archive (.avro) with lineage.control: the commands issued by T are listed; an
     archive whose control topic was read but is empty lists none (not null)."""
-    from streams.adapters.archive import write_archive
+    from streams.files.archive import write_archive
 
     codec = Codec()
     control = [LogRecord("control", 0, 0, at(125), "A",

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-import streams.service.audit as A
-from streams.adapters.archive import LogRecord, write_archive
+import streams.audit.audit as A
+from streams.files.archive import LogRecord, write_archive
 from streams.codec import Codec
-from streams.service.audit import audit, recomputed_digest
-from streams.service.auditlog import load, load_archive
+from streams.audit.audit import audit, recomputed_digest
+from streams.audit.log import load, load_archive
 from streams.testing.cohort import chain_events
 from streams.testing.simulate import simulate_pipeline
 
@@ -213,8 +213,8 @@ def test_events_only_log_skips_what_needs_the_processor():
 
 
 def test_unreadable_sources_are_named(tmp_path):
-    from streams.adapters.archive import ArchiveError
-    from streams.adapters.jsonl import JsonlError
+    from streams.files.archive import ArchiveError
+    from streams.files.jsonl import JsonlError
 
     binary = tmp_path / "x.bin"
     binary.write_bytes(b"\x8b\x00\xffnot text")
@@ -234,7 +234,7 @@ def test_an_archive_of_another_version_decodes_with_its_embedded_schemas(tmp_pat
     from fastavro import schemaless_writer
 
     from streams.codec.schemas import SchemaInfo, default_schema_set
-    from streams.service.export import embedded_schemas
+    from streams.audit.export import embedded_schemas
 
     log = chained_log(tmp_path)
     raw = dict(default_schema_set().reader("LineageCommitment").raw)
@@ -289,7 +289,7 @@ def test_identical_redeliveries_after_later_seqs_audit_clean(tmp_path):
 
 
 def _signed_log(tmp_path: Path):
-    from streams.service.signing import CommitmentSigner, generate_key, key_id
+    from streams.signing import CommitmentSigner, generate_key, key_id
 
     key = generate_key()
     return chained_log(tmp_path, signer=CommitmentSigner(key)), {key_id(key): key.public_key()}
@@ -353,7 +353,7 @@ def test_signed_commitments_with_trusted_keys_are_verified(tmp_path):
 
 
 def test_the_signature_tally_survives_the_split_by_cohort(tmp_path, monkeypatch):
-    from streams.service.signing import CommitmentSigner, generate_key, key_id
+    from streams.signing import CommitmentSigner, generate_key, key_id
 
     lines = []
     for i, n in enumerate(("14_pbt_cohort", "01_seed_example")):  # two cohorts
@@ -385,7 +385,7 @@ def test_cli_says_what_was_established_about_signatures(tmp_path):
     from click.testing import CliRunner
 
     from streams.cli.main import cli
-    from streams.service.signing import save_public_key
+    from streams.signing import save_public_key
 
     log, keys = _signed_log(tmp_path)
     topics = ("events", "input", "control", "manifests", "commitments", "dlq")

@@ -1,4 +1,4 @@
-"""The worker's data directory check (streams.app.datadir), with a fake AdminClient.
+"""The worker's data directory check (streams.worker.datadir), with a fake AdminClient.
 
 The fake answers ``describe_cluster`` / ``describe_topics`` / ``list_offsets`` the way
 confluent-kafka's ``AdminClient`` does (futures; an unknown topic fails with
@@ -19,9 +19,9 @@ from types import SimpleNamespace
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from streams.adapters.kafka import KafkaAdapterError, TopicNames
-from streams.app import datadir
-from streams.app.datadir import (
+from streams.kafka.clients import KafkaAdapterError, TopicNames
+from streams.worker import datadir
+from streams.worker.datadir import (
     MARKER_NAME,
     OFFSET_KEY,
     DataDirError,
@@ -30,7 +30,7 @@ from streams.app.datadir import (
     read_local_store,
     read_marker,
 )
-from streams.app.settings import WorkerSettings
+from streams.worker.settings import WorkerSettings
 
 APP = "tt-unit"
 CHANGELOG = f"{APP}-job-cohort-changelog"

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from streams.app.router import RawRecord, Router
+from streams.worker.router import RawRecord, Router
 from streams.codec import CONFLUENT, Codec
 from streams.codec.examples import example_events, example_records
 from streams.codec.headers import (
@@ -121,9 +121,9 @@ class _Producer:
 
 
 def test_outbox_puts_the_headers_on_every_record(monkeypatch):
-    from streams.app import faust_app
-    from streams.app.settings import WorkerSettings
-    from streams.service.records import Emission
+    from streams.worker import faust_app
+    from streams.worker.settings import WorkerSettings
+    from streams.referee.records import Emission
 
     monkeypatch.setattr(faust_app, "Producer", _Producer)
     outbox = faust_app.Outbox(WorkerSettings("127.0.0.1:1"), CODEC)

@@ -1,13 +1,13 @@
 """What a live worker's referee keeps per folded event (issue 10 item 6; bench/bench_memory.py).
 
-The worker folds every event through one :class:`~streams.app.referee.Referee`; whatever it
+The worker folds every event through one :class:`~streams.referee.referee.Referee`; whatever it
 keeps per event stays for the life of the process. These guard the bounds:
 
 - no event object is kept: the fold keeps what the lineage needs (checkpoints, consumptions,
   per-seq digests, step maxima), never the event;
 - the fold log of each cohort is its compact frontier: one 32-byte node per set bit of its
   size, and no other 32-byte hash is reachable from the referee (proofs are built offline from
-  the topics, :mod:`streams.service.proofs`);
+  the topics, :mod:`streams.audit.proofs`);
 - the retained size grows by a bounded number of bytes per event (~170 B on CPython 3.11 with
   this stream, mostly its checkpoints and consumptions, ~130 B with the changes proposed in
   bench/memory_patches/; a regression that kept each event, or each event's chain hash, would
@@ -20,7 +20,7 @@ import gc
 import sys
 import types
 
-from streams.app.referee import Referee
+from streams.referee.referee import Referee
 from streams.codec import Codec
 from streams.core import merkle
 from streams.core.cohorts import CohortRouter

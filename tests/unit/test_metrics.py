@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from streams.adapters.kafka import consumer_config, producer_config
-from streams.app import metrics
-from streams.app.settings import CLIENT_ID_ENV, WorkerSettings, kafka_client_id
+from streams.kafka.clients import consumer_config, producer_config
+from streams.worker import metrics
+from streams.worker.settings import CLIENT_ID_ENV, WorkerSettings, kafka_client_id
 from streams.codec.errors import DECODE_REASONS
 from streams.core.state import HALT_REASONS
-from streams.service.records import Emission
+from streams.referee.records import Emission
 
 ROOT = Path(__file__).resolve().parents[2]
 HISTOGRAM = "traintrace_divergence_to_command_seconds"
@@ -111,7 +111,7 @@ def test_label_values_exist_from_the_start():
 
 def test_every_record_type_the_worker_emits_is_initialised():
     # every Emission the referee can build: Emission("<topic>", key, "<Record>", value)
-    sources = [ROOT / "streams/service/records.py", ROOT / "streams/app/referee.py"]
+    sources = [ROOT / "streams/referee/records.py", ROOT / "streams/referee/referee.py"]
     built = set()
     for path in sources:
         built |= set(re.findall(r'Emission\(\s*"\w+",\s*[^,]+,\s*"(\w+)"', path.read_text()))
@@ -152,7 +152,7 @@ def test_divergence_to_command_histogram():
 def test_metrics_view_serves_the_registry():
     from aiohttp import web as aioweb
 
-    from streams.app import views
+    from streams.worker import views
 
     pages = {}
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from streams.codec import Codec, DecodeError
-from streams.service.operators import ControlState, fold_control, release_command_id
+from streams.operators.operators import ControlState, fold_control, release_command_id
 from streams.core.ids import command_id, hash_parts
 
 

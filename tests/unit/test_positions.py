@@ -1,7 +1,7 @@
-"""The worker's own offset bookkeeping (streams.app.positions): what a batch taken around a
+"""The worker's own offset bookkeeping (streams.worker.positions): what a batch taken around a
 rebalance may hold, and what gets committed."""
 
-from streams.app.positions import InputPartitions, Verdict
+from streams.worker.positions import InputPartitions, Verdict
 
 
 def test_only_the_next_record_of_an_owned_partition_is_processed():

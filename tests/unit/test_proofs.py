@@ -1,4 +1,4 @@
-"""Merkle proof documents over a traintrace log (streams.service.proofs) and the CLI
+"""Merkle proof documents over a traintrace log (streams.audit.proofs) and the CLI
 (`traintrace prove`, `traintrace verify-proof`, `traintrace keygen`)."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import pytest
 from click.testing import CliRunner
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from streams.adapters.archive import write_archive
+from streams.files.archive import write_archive
 from streams.cli.main import cli
 from streams.codec import Codec
 from streams.core import merkle
 from streams.core.commitment import head_leaf
-from streams.service.auditlog import AuditLog, load
-from streams.service.proofs import (
+from streams.audit.log import AuditLog, load
+from streams.audit.proofs import (
     CONSISTENCY,
     EVENT,
     HEAD,
@@ -31,7 +31,7 @@ from streams.service.proofs import (
     replay,
     verify_proof,
 )
-from streams.service.signing import CommitmentSigner, key_id, load_private_key, save_public_key, verify_commitment
+from streams.signing import CommitmentSigner, key_id, load_private_key, save_public_key, verify_commitment
 from streams.testing.simulate import simulate_pipeline
 
 from .vectors import scenarios_dir

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from streams.app.referee import Referee
-from streams.app.router import RawRecord, Router
+from streams.referee.referee import Referee
+from streams.worker.router import RawRecord, Router
 from streams.codec import Codec
 from streams.core.cohorts import CohortLineage, CohortRouter
 from streams.core.events import parse_event

@@ -9,14 +9,14 @@ import struct
 import pytest
 from click.testing import CliRunner
 
-from streams.adapters.archive import LogRecord, write_archive
+from streams.files.archive import LogRecord, write_archive
 from streams.cli.main import cli
 from streams.codec import Codec
 from streams.core.cohorts import CohortLineage
 from streams.core.events import event_to_dict, parse_event
-from streams.service.auditlog import fold_order, load
+from streams.audit.log import fold_order, load
 from streams.core.project import aliased_checkpoints
-from streams.service.report import ReportModel, _lane_status, build, render_html, render_png, render_svg
+from streams.report.report import ReportModel, _lane_status, build, render_html, render_png, render_svg
 from tests.unit.vectors import load_expected, load_lines, scenarios_dir, vector_names
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -543,9 +543,9 @@ def test_layout_has_no_fixed_narrow_column_and_tables_scroll():
 
 
 def test_audit_block_says_what_was_established_about_signatures(tmp_path):
-    from streams.service.audit import audit as run_audit
-    from streams.service.report import audit_summary
-    from streams.service.signing import CommitmentSigner, generate_key, key_id
+    from streams.audit.audit import audit as run_audit
+    from streams.report.report import audit_summary
+    from streams.signing import CommitmentSigner, generate_key, key_id
     from streams.testing.simulate import simulate_pipeline
 
     key = generate_key()

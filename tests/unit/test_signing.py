@@ -1,4 +1,4 @@
-"""Ed25519 signatures of LineageCommitments (streams.service.signing) and the referee's signer."""
+"""Ed25519 signatures of LineageCommitments (streams.signing) and the referee's signer."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from streams.app.referee import Referee
+from streams.referee.referee import Referee
 from streams.codec import Codec
 from streams.core.commitment import build_commitment
 from streams.core.decide import Lineage
 from streams.core.events import parse_event
-from streams.service import signing
-from streams.service.signing import (
+from streams import signing
+from streams.signing import (
     BAD_SIGNATURE,
     DOMAIN,
     HEADS_MISMATCH,
@@ -365,8 +365,8 @@ def test_worker_refuses_an_unusable_signing_key_before_starting(tmp_path):
 
 def test_worker_settings_make_the_referee_sign(tmp_path, key):
     pytest.importorskip("faust")
-    from streams.app.faust_app import _signer
-    from streams.app.settings import WorkerSettings
+    from streams.worker.faust_app import _signer
+    from streams.worker.settings import WorkerSettings
 
     assert _signer(WorkerSettings(bootstrap="x")) is None
     path = save_private_key(key, tmp_path / "processor.key")

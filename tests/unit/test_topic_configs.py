@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from streams.adapters.kafka import (
+from streams.kafka.clients import (
     AUDIT_TOPICS,
     FiniteRetentionError,
     KafkaAdapterError,
@@ -39,8 +39,8 @@ def test_audit_topics_keep_everything_by_default(monkeypatch):
 
 
 def test_audit_topics_are_every_topic_the_audit_reads():
-    from streams.service.auditlog import TOPICS
-    from streams.service.export import DEFAULT_TOPICS
+    from streams.audit.log import TOPICS
+    from streams.audit.export import DEFAULT_TOPICS
 
     assert {TOPICS[t] for t in DEFAULT_TOPICS} == set(AUDIT_TOPICS)
 

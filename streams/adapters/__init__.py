@@ -1,1 +1,0 @@
-"""Kafka-facing helpers: the local broker (``streams.adapters.broker``) and, later, clients."""

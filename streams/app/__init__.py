@@ -1,1 +1,0 @@
-"""The live processor: a Faust application around the router and the referee (thin)."""

@@ -1,0 +1,315 @@
+"""Reading a topic without a consumer group: to its end, or following it.
+
+Both readers ``assign`` every partition themselves (no group membership, no commits, nothing
+left behind on the broker) with ``isolation.level=read_committed``:
+
+- :func:`read_to_end` reads every partition from the beginning up to the end offsets taken when
+  it starts (the last stable offsets under ``read_committed``), then stops. Records written
+  afterwards are not read, so the answer is a snapshot.
+- :func:`follow` keeps yielding new records until interrupted (or until idle for
+  ``idle_timeout`` seconds, or ``max_messages`` records).
+
+Records of one partition come out in offset order; partitions are interleaved in arrival order.
+Topics are looked up with a consumer that never asks the broker to auto-create them, so reading
+a topic that does not exist raises :class:`TopicNotFound` and creates nothing.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+
+from streams.kafka.clients import client_logger
+
+#: How long to wait for the broker's metadata before saying it cannot be reached.
+CONNECT_TIMEOUT = 10.0
+
+
+class ReaderError(Exception):
+    """Reading a topic failed; the message says which topic and why."""
+
+
+class BrokerUnreachable(ReaderError):
+    pass
+
+
+class TopicNotFound(ReaderError):
+    def __init__(self, topic: str, bootstrap: str) -> None:
+        super().__init__(f"topic {topic!r} does not exist on {bootstrap}")
+        self.topic = topic
+        self.bootstrap = bootstrap
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One record read from Kafka (the fields of confluent-kafka's ``Message`` that matter)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int | None  # milliseconds since the epoch, None when the broker gave none
+
+
+def _text(exc: KafkaException) -> str:
+    arg = exc.args[0] if exc.args else exc
+    return arg.str() if isinstance(arg, KafkaError) else str(arg)
+
+
+#: Errors that end a read: the topic went away or may not be read. Others (a broker
+#: connection dropping, a leader moving) are retried by librdkafka and only reported.
+_FATAL_CODES = frozenset({
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError._UNKNOWN_TOPIC,
+    KafkaError._UNKNOWN_PARTITION,
+})
+
+
+def _fatal(err: KafkaError) -> bool:
+    return err.fatal() or err.code() in _FATAL_CODES
+
+
+def _message(msg: Any) -> Message:
+    ts_type, ts = msg.timestamp()
+    return Message(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(),
+                   ts if ts_type != 0 and ts >= 0 else None)
+
+
+class _Consumer:
+    """A confluent-kafka Consumer that remembers the client-level errors it was told of."""
+
+    def __init__(self, bootstrap: str, **overrides: Any) -> None:
+        self.down: str | None = None
+        conf: dict[str, Any] = {
+            "bootstrap.servers": bootstrap,
+            # librdkafka wants a group id even for assign(); it is never joined nor committed to.
+            "group.id": f"traintrace-reader-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_committed",
+            "allow.auto.create.topics": False,
+            "enable.partition.eof": True,
+            "logger": client_logger,
+            "error_cb": self._on_error,
+        }
+        conf.update(overrides)
+        self.consumer = Consumer(conf)
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.code() == KafkaError._ALL_BROKERS_DOWN:
+            self.down = err.str()
+
+
+def _consumer(bootstrap: str, **overrides: Any) -> _Consumer:
+    return _Consumer(bootstrap, **overrides)
+
+
+def _partitions(c: _Consumer, bootstrap: str, topic: str, timeout: float) -> list[int]:
+    """The topic's partitions; fails fast when every broker refuses the connection."""
+    consumer = c.consumer
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            md = consumer.list_topics(topic=topic, timeout=min(1.0, max(0.1, deadline - time.monotonic())))
+            break
+        except KafkaException as exc:
+            consumer.poll(0)  # serves error_cb
+            if c.down is not None:
+                raise BrokerUnreachable(f"cannot reach Kafka at {bootstrap}: {c.down}") from exc
+            if time.monotonic() >= deadline:
+                raise BrokerUnreachable(f"cannot reach Kafka at {bootstrap}: {_text(exc)}") from exc
+    meta = md.topics.get(topic)
+    if meta is None or (meta.error is not None
+                        and meta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART) or not meta.partitions:
+        raise TopicNotFound(topic, bootstrap)
+    if meta.error is not None:
+        raise ReaderError(f"cannot read topic {topic!r} on {bootstrap}: {meta.error.str()}")
+    return sorted(meta.partitions)
+
+
+def topic_partitions(bootstrap: str, topic: str, timeout: float = CONNECT_TIMEOUT) -> list[int]:
+    """The partition ids of ``topic``; raises :class:`TopicNotFound` or :class:`BrokerUnreachable`.
+
+    Never creates the topic (a producer's metadata request could, on a broker with
+    ``auto.create.topics.enable``).
+    """
+    c = _consumer(bootstrap)
+    try:
+        return _partitions(c, bootstrap, topic, timeout)
+    finally:
+        c.consumer.close()
+
+
+_TRANSIENT = frozenset({
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,  # a topic just created, not yet known to every node
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError._TIMED_OUT,
+    KafkaError._TRANSPORT,
+})
+
+
+def _watermarks(consumer: Consumer, bootstrap: str, topic: str, partition: int,
+                timeout: float) -> tuple[int, int]:
+    """(low, high) of one partition, retrying what a fresh topic or a moving leader causes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return consumer.get_watermark_offsets(
+                TopicPartition(topic, partition),
+                timeout=min(5.0, max(0.1, deadline - time.monotonic())), cached=False)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            transient = isinstance(err, KafkaError) and (err.retriable() or err.code() in _TRANSIENT)
+            if not transient or time.monotonic() >= deadline:
+                raise ReaderError(f"cannot get the end offsets of {topic!r}[{partition}] on "
+                                  f"{bootstrap}: {_text(exc)}") from exc
+            time.sleep(0.2)
+
+
+def read_to_end(bootstrap: str, topic: str, timeout: float = 30.0,
+                connect_timeout: float = CONNECT_TIMEOUT) -> Iterator[Message]:
+    """Every record of ``topic`` from the beginning to the end offsets taken at the start.
+
+    ``timeout`` bounds each wait for the broker (metadata, end offsets, and any stretch with no
+    progress while reading), not the whole read, so a large topic is read whole. Raises
+    :class:`TopicNotFound`, :class:`BrokerUnreachable` or :class:`ReaderError`.
+    """
+    for batch in _batches_to_end(bootstrap, [topic], timeout, connect_timeout, 5000, missing_ok=False):
+        for msg in batch:
+            yield _message(msg)
+
+
+def read_topics_to_end(bootstrap: str, topics: list[str], timeout: float = 30.0,
+                       connect_timeout: float = CONNECT_TIMEOUT, batch: int = 5000) -> dict[str, list[Any]]:
+    """Every record of each of ``topics`` (that exists) from the beginning to its end offsets
+    taken at the start, read by one consumer at once: topic -> confluent-kafka messages (per
+    partition in offset order). A missing topic is left out."""
+    out: dict[str, list[Any]] = {}
+    for msgs in _batches_to_end(bootstrap, topics, timeout, connect_timeout, batch, missing_ok=True, found=out):
+        for msg in msgs:
+            out[msg.topic()].append(msg)
+    return out
+
+
+def _batches_to_end(bootstrap: str, topics: list[str], timeout: float, connect_timeout: float, batch: int,
+                    missing_ok: bool, found: dict[str, list[Any]] | None = None) -> Iterator[list[Any]]:
+    """One consumer over every partition of ``topics``, from the beginning to the end offsets
+    taken at the start; yields the records in lists. A missing topic raises
+    :class:`TopicNotFound` unless ``missing_ok`` (then ``found`` gets the topics that exist)."""
+    c = _consumer(bootstrap)
+    consumer = c.consumer
+    try:
+        ends: dict[tuple[str, int], int] = {}
+        for topic in topics:
+            try:
+                parts = _partitions(c, bootstrap, topic, min(timeout, connect_timeout))
+            except TopicNotFound:
+                if not missing_ok:
+                    raise
+                continue
+            if found is not None:
+                found[topic] = []
+            for p in parts:
+                low, high = _watermarks(consumer, bootstrap, topic, p, timeout)
+                if high > low:
+                    ends[(topic, p)] = high
+        if not ends:
+            return
+        consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in sorted(ends)])
+        pending = set(ends)
+        last_progress = time.monotonic()
+        while pending:
+            # consume() waits for the whole count or the timeout: keep the timeout short
+            msgs = consumer.consume(batch, timeout=0.05)
+            if not msgs:
+                if time.monotonic() - last_progress > timeout:
+                    raise ReaderError(
+                        f"reading {', '.join(topics)} on {bootstrap} made no progress for {timeout:g}s "
+                        f"(partitions {sorted(pending)} not read to their end)")
+                continue
+            out = []
+            for msg in msgs:
+                tp = (msg.topic(), msg.partition())
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        # the end of what is readable now: at or past the snapshot's end (a
+                        # transaction marker can make the last offset unreadable)
+                        last_progress = time.monotonic()
+                        pending.discard(tp)
+                        continue
+                    if _fatal(err):
+                        raise ReaderError(f"reading {tp[0]!r} on {bootstrap} failed: {err.str()}")
+                    client_logger.warning("reading %s: %s", tp[0], err.str())
+                    continue
+                last_progress = time.monotonic()
+                if tp not in pending:
+                    continue
+                off = msg.offset()
+                if off >= ends[tp]:
+                    pending.discard(tp)
+                    continue
+                if off >= ends[tp] - 1:
+                    pending.discard(tp)
+                out.append(msg)
+            if out:
+                yield out
+    finally:
+        consumer.close()
+
+
+def follow(bootstrap: str, topic: str, from_beginning: bool = False, *,
+           idle_timeout: float | None = None, max_messages: int | None = None,
+           connect_timeout: float = CONNECT_TIMEOUT, poll_interval: float = 0.5) -> Iterator[Message]:
+    """Yield the records of ``topic`` as they arrive, until interrupted.
+
+    Starts at the end of every partition (only new records), or at the beginning with
+    ``from_beginning``. Stops after ``max_messages`` records or after ``idle_timeout`` seconds
+    with no record, when given (for scripts and tests). Ctrl-C raises ``KeyboardInterrupt``
+    within ``poll_interval`` seconds; the consumer is closed either way.
+    """
+    if max_messages is not None and max_messages <= 0:
+        return
+    c = _consumer(bootstrap)
+    consumer = c.consumer
+    try:
+        parts = _partitions(c, bootstrap, topic, connect_timeout)
+        start = OFFSET_BEGINNING if from_beginning else OFFSET_END
+        consumer.assign([TopicPartition(topic, p, start) for p in parts])
+        seen = 0
+        last = time.monotonic()
+        while True:
+            msg = consumer.poll(poll_interval)
+            if msg is None or (msg.error() is not None
+                               and msg.error().code() == KafkaError._PARTITION_EOF):
+                if idle_timeout is not None and time.monotonic() - last >= idle_timeout:
+                    return
+                continue
+            err = msg.error()
+            if err is not None:
+                if _fatal(err):
+                    raise ReaderError(f"reading {topic!r} on {bootstrap} failed: {err.str()}")
+                client_logger.warning("reading %s: %s", topic, err.str())
+                continue
+            last = time.monotonic()
+            yield _message(msg)
+            seen += 1
+            if max_messages is not None and seen >= max_messages:
+                return
+    finally:
+        consumer.close()

@@ -1,0 +1,337 @@
+"""The referee: the divergence agent's logic, without Kafka or Faust.
+
+It holds one core engine per cohort (the cohorts of the partitions this worker owns), folds
+each routed event, and turns the decisions into :class:`~streams.referee.records.Emission`
+records for the output topics. It is deterministic in the events it is given: replaying a
+partition from its start rebuilds exactly the state (engines, manifest versions, snapshots) a
+crashed worker had, which is how a restarted or new worker recovers (see ``faust_app``).
+
+Commands are published at most once per ``command_id``: ``published`` holds the ids already
+on ``lineage.control`` (read back on recovery), and a replayed decision is never re-sent.
+
+Commitments are signed by ``signer`` when one is given: a callable taking the unsigned record
+and returning it with ``signature`` and ``key_id`` (e.g.
+:class:`streams.signing.CommitmentSigner`; the referee itself knows no cryptography).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from streams.core.commitment import build_commitment, commitment_root, concurrency_snapshot
+from streams.core.decide import (
+    AlertRaised,
+    CheckpointTainted,
+    HaltIssued,
+    IncidentChanged,
+    Lineage,
+    PlanChanged,
+)
+from streams.core.events import CheckpointWritten, Event
+from streams.core.state import Config, FoldResult
+from streams.referee import records as R
+
+
+@dataclass
+class RefereeStats:
+    events: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    commands: int = 0
+    manifests: int = 0
+    alerts: int = 0
+    halts: int = 0
+
+
+@dataclass
+class Handled:
+    result: FoldResult
+    emissions: list[R.Emission] = field(default_factory=list)
+
+
+Signer = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+class Referee:
+    def __init__(self, config: Config | None = None, ack_timeout_ms: int = 300_000,
+                 signer: Signer | None = None) -> None:
+        self.config = config or Config()
+        self.ack_timeout_ms = ack_timeout_ms
+        self.signer = signer
+        self.engines: dict[str, Lineage] = {}
+        self.partition_of: dict[str, int] = {}
+        self.versions: dict[str, int] = {}
+        self.incident_cohort: dict[str, str] = {}
+        self.snapshots: dict[str, list[dict[str, Any]]] = {}
+        self.published: set[str] = set()
+        self.issued: dict[str, tuple[str, str, int]] = {}  # command_id -> (cohort, job, issued ms)
+        self._unacked_alerted: set[str] = set()
+        self._dirty_cohorts: set[str] = set()
+        self._last_root: dict[str, tuple[str, str]] = {}
+        #: cohort -> (partition, offset) of the last input record folded (see note_input)
+        self.position: dict[str, tuple[int, int]] = {}
+        # what the fold decided last, byte for byte, so a recovering worker re-publishes exactly
+        # that (an audit re-deciding the log gets the same records): job -> plan record,
+        # job -> halt record, incident -> manifest record of its current version
+        self.decided_plan: dict[str, R.Emission] = {}
+        self.decided_halt: dict[str, R.Emission] = {}
+        self.decided_manifest: dict[str, R.Emission] = {}
+        self.stats = RefereeStats()
+
+    # ------------------------------------------------------------------ engines
+
+    def engine(self, cohort: str, partition: int | None = None) -> Lineage:
+        lin = self.engines.get(cohort)
+        if lin is None:
+            lin = self.engines[cohort] = Lineage(self.config)
+        if partition is not None:
+            self.partition_of[cohort] = partition
+        return lin
+
+    def drop_partition(self, partition: int) -> list[str]:
+        """Forget the cohorts of a revoked partition (a later owner rebuilds them)."""
+        gone = [c for c, p in self.partition_of.items() if p == partition]
+        gone_set = set(gone)
+        for x in [x for x, c in self.incident_cohort.items() if c in gone_set]:
+            # a later replay of the partition decides these versions again
+            self.versions.pop(x, None)
+            self.snapshots.pop(x, None)
+            self.incident_cohort.pop(x, None)
+        for c in gone:
+            self.engines.pop(c, None)
+            self.partition_of.pop(c, None)
+            self._dirty_cohorts.discard(c)
+            self._last_root.pop(c, None)
+            self.position.pop(c, None)
+        if gone:
+            keep = {j for c, lin in self.engines.items() for j in lin.state.jobs}
+            for d in (self.decided_plan, self.decided_halt):
+                for j in [j for j in d if j not in keep]:
+                    del d[j]
+            live = {x for lin in self.engines.values() for x in lin.incidents}
+            for x in [x for x in self.decided_manifest if x not in live]:
+                del self.decided_manifest[x]
+        return gone
+
+    # ------------------------------------------------------------------ events
+
+    def handle(self, cohort: str, event: Event, now_ms: int, partition: int | None = None,
+               publish: bool = True, canonical: Any = None) -> Handled:
+        """Fold one routed event; return the records to publish (none when ``publish`` is
+        False: a replay only rebuilds state, what it decides was published already)."""
+        lin = self.engine(cohort, partition)
+        result = lin.fold(event, now_ms, canonical)
+        self.stats.events += result.accepted
+        self.stats.duplicates += result.duplicate
+        self.stats.rejected += (not result.accepted and not result.duplicate)
+        decisions = lin.decide()
+        out: list[R.Emission] = []
+        if result.accepted:
+            self._dirty_cohorts.add(cohort)
+            if isinstance(event, CheckpointWritten):
+                ck = lin.state.checkpoints.get(event.checkpoint_id)
+                if ck is not None and ck.job_id == event.job_id and ck.seq == event.seq and not ck.sources:
+                    out.append(R.checkpoint_status(ck, lin.state.jobs[ck.job_id].cohort_id, [], now_ms))
+        root: list[str | None] = []
+
+        def current_root() -> str | None:
+            if not root:
+                root.append(commitment_root(lin))
+            return root[0]
+
+        for d in decisions:
+            if isinstance(d, CheckpointTainted):
+                ck = lin.state.checkpoints.get(d.checkpoint_id)
+                if ck is None:
+                    continue
+                ids: set[str] = set()
+                for s in ck.sources or ():
+                    v = lin.verdicts.get(s)
+                    if v is not None:
+                        ids |= v.incident_ids
+                out.append(R.checkpoint_status(ck, lin.state.jobs[ck.job_id].cohort_id, sorted(ids), now_ms))
+            elif isinstance(d, PlanChanged):
+                job = lin.state.jobs.get(d.job_id)
+                inc = job.current.number if job is not None and job.current is not None else 0
+                em = R.plan_emission(d, job.cohort_id if job else None, inc, now_ms, current_root())
+                if em is not None:
+                    out.append(em)
+                    self.decided_plan[d.job_id] = em
+                    if em.record == "RollbackCommand":
+                        self.issued[em.value["command_id"]] = (cohort, d.job_id, now_ms)
+                if d.supersedes is not None:
+                    self.issued.pop(d.supersedes, None)
+            elif isinstance(d, HaltIssued):
+                em = R.halt_emission(d, now_ms)
+                self.decided_halt.setdefault(d.job_id, em)
+                out.append(em)
+            elif isinstance(d, IncidentChanged):
+                version = self.versions.get(d.incident_id, 0) + 1
+                self.versions[d.incident_id] = version
+                self.incident_cohort[d.incident_id] = cohort
+                snap = self.snapshots.get(d.incident_id)
+                if snap is None:
+                    snap = self.snapshots[d.incident_id] = concurrency_snapshot(lin)
+                em = R.manifest_emission(d, version, snap, now_ms, current_root())
+                self.decided_manifest[d.incident_id] = em
+                out.append(em)
+                alert = R.incident_alert(d, cohort, now_ms)
+                if alert is not None:
+                    out.append(alert)
+            elif isinstance(d, AlertRaised):
+                out.append(R.alert_emission(d, cohort, now_ms))
+        return Handled(result, self._dedupe(out, publish))
+
+    def _dedupe(self, out: list[R.Emission], publish: bool) -> list[R.Emission]:
+        """Drop what is not to be published: everything in a replay (its state is reconciled
+        afterwards, see :meth:`reconcile`), and commands already on ``lineage.control``."""
+        if not publish:
+            return []
+        kept: list[R.Emission] = []
+        for em in out:
+            cid = em.command_id
+            if cid is not None:
+                if cid in self.published:
+                    continue
+                self.published.add(cid)
+            kept.append(em)
+            self._count(em)
+        return kept
+
+    def reconcile(self, partition: int, last_plan: dict[str, tuple[str, str]], now_ms: int) -> list[R.Emission]:
+        """After a replay: publish what the rebuilt state decided and ``lineage.control`` lacks.
+
+        A previous owner may have died (or lost the partition) after some of its offsets were
+        committed but before their commands were out; the replay rebuilt the state without
+        publishing, so compare: every job's last decided plan record (or its end), its halt,
+        and the current version of every incident's manifest. What is re-published is the
+        record the fold decided, byte for byte (its processor time is the time of the input
+        record that caused it), so a re-published record equals the one an audit recomputes.
+        ``last_plan`` is the last plan record per job on ``lineage.control``:
+        job_id -> (record name, command_id).
+        """
+        out: list[R.Emission] = []
+        for cohort in sorted(c for c, p in self.partition_of.items() if p == partition):
+            lin = self.engines[cohort]
+            for job_id in sorted(lin.state.jobs):
+                em = self.decided_plan.get(job_id)
+                if em is not None and em.command_id not in self.published:
+                    last = last_plan.get(job_id)
+                    # a clear of a plan that never got out is nothing to publish
+                    if em.record != "PlanCleared" or (last is not None and last[0] != "PlanCleared"):
+                        out.append(em)
+                halt = self.decided_halt.get(job_id)
+                if halt is not None and halt.command_id not in self.published:
+                    out.append(halt)
+            for x in sorted(lin.incidents):
+                em = self.decided_manifest.get(x)
+                if em is not None:
+                    out.append(em)
+        del now_ms  # kept in the signature: the records carry the time they were decided at
+        return self._dedupe(out, True)
+
+    def _count(self, em: R.Emission) -> None:
+        if em.topic == "control":
+            self.stats.commands += 1
+            if em.record == "HaltCommand":
+                self.stats.halts += 1
+        elif em.topic == "manifests":
+            self.stats.manifests += 1
+        elif em.topic == "alerts":
+            self.stats.alerts += 1
+
+    # ------------------------------------------------------------------ timers
+
+    def due_ticks(self, now_ms: int, grace_ms: int) -> list[str]:
+        """The cohorts where a consumption of a checkpoint nobody wrote has waited the grace
+        period and its job is not halted for it yet: each needs a clock tick in its input.
+
+        The grace period runs on the processor's clock, which is not in the log; so instead of
+        halting here, the worker appends a tick record (``EventBatch.tick_ms``) to the cohort's
+        input and the fold applies it there (:meth:`clock_tick`), in order: a replay — a worker
+        taking the partition over, an audit — halts the same jobs at the same point."""
+        due: list[str] = []
+        for cohort in sorted(self.engines):
+            st = self.engines[cohort].state
+            for waiting in st.unresolved.values():
+                if any(seen is not None and now_ms - seen >= grace_ms
+                       and "UNTRACEABLE_SOURCE" not in st.jobs[inc.job_id].halt_reasons
+                       for inc, _c, seen in waiting):
+                    due.append(cohort)
+                    break
+        return due
+
+    def note_input(self, cohort: str, partition: int, offset: int) -> None:
+        """The input record at ``partition``/``offset`` of ``cohort`` is folded: commitments
+        taken from now on say so (``input_partition``/``input_offset``), which is the point of
+        the input an audit recomputes them at."""
+        self.position[cohort] = (partition, offset)
+
+    def clock_tick(self, cohort: str, now_ms: int, grace_ms: int, partition: int | None = None,
+                   publish: bool = True) -> list[R.Emission]:
+        """Fold a clock tick of ``cohort``'s input: unresolved sources older than the grace
+        period halt their jobs (SPEC §8)."""
+        lin = self.engine(cohort, partition)
+        out: list[R.Emission] = []
+        for d in lin.tick(now_ms, grace_ms):
+            self._dirty_cohorts.add(cohort)
+            if isinstance(d, HaltIssued):
+                em = R.halt_emission(d, now_ms)
+                self.decided_halt.setdefault(d.job_id, em)
+                out.append(em)
+            elif isinstance(d, AlertRaised):
+                out.append(R.alert_emission(d, cohort, now_ms))
+        return self._dedupe(out, publish)
+
+    def tick(self, now_ms: int, grace_ms: int | None = None) -> list[R.Emission]:
+        """Unacknowledged commands past the acknowledgement timeout raise an alert (once).
+        (Grace-period halts go through the cohort's input: :meth:`due_ticks`.)"""
+        out: list[R.Emission] = []
+        for cid, (cohort, job_id, issued) in list(self.issued.items()):
+            lin = self.engines.get(cohort)
+            if lin is None:
+                self.issued.pop(cid, None)
+                continue
+            plan = lin.plans.get(job_id)
+            if cid in lin.state.acknowledged or plan is None or plan["command_id"] != cid:
+                self.issued.pop(cid, None)
+                continue
+            if now_ms - issued >= self.ack_timeout_ms and cid not in self._unacked_alerted:
+                self._unacked_alerted.add(cid)
+                job = lin.state.jobs.get(job_id)
+                out.append(R.alert_emission(AlertRaised(
+                    "COMMAND_UNACKNOWLEDGED", job_id, job.cohort_id if job else None,
+                    f"{job_id} has not acknowledged command {cid[:12]} ({plan['action']}) "
+                    f"after {(now_ms - issued) // 1000}s",
+                    details={"command_id": cid}), cohort, now_ms))
+        return self._dedupe(out, True)
+
+    def commitments(self, now_ms: int, force: bool = False) -> list[R.Emission]:
+        """A LineageCommitment for every cohort whose record changed since its last one,
+        signed when the referee has a signer."""
+        out: list[R.Emission] = []
+        cohorts = sorted(self.engines) if force else sorted(self._dirty_cohorts)
+        self._dirty_cohorts.clear()
+        for cohort in cohorts:
+            lin = self.engines.get(cohort)
+            if lin is None or not cohort:
+                continue
+            record = build_commitment(cohort, lin, now_ms)
+            pos = self.position.get(cohort)
+            record["input_partition"], record["input_offset"] = pos if pos is not None else (None, None)
+            covered = (record["root"], repr(record["snapshot"]))
+            if not force and self._last_root.get(cohort) == covered:
+                continue
+            self._last_root[cohort] = covered
+            if self.signer is not None:
+                record = self.signer(record)
+            out.append(R.Emission("commitments", cohort, "LineageCommitment", record))
+        return out
+
+    # ------------------------------------------------------------------ views
+
+    def final_state(self) -> dict[str, Any]:
+        from streams.core.cohorts import merge_final_states
+
+        return merge_final_states((c, self.engines[c].final_state()) for c in sorted(self.engines))

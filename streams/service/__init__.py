@@ -1,1 +1,0 @@
-"""Service layer: load, call the core, return results. No printing, no argument parsing."""

@@ -1,0 +1,163 @@
+"""Running the live pipeline from tests, benchmarks and the demo: worker processes, quiescence.
+
+A :class:`WorkerProcess` is a real ``traintrace worker`` in its own process (own data directory
+and web port). :func:`wait_quiescent` waits until the processor's consumer group has committed
+everything on ``lineage.events`` and ``lineage.by-cohort``: since the agents flush their
+outputs before their offsets can be committed, everything the input caused is then on the
+broker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from streams.kafka.clients import TopicNames, client_logger, producer_config
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class WorkerProcess:
+    bootstrap: str
+    prefix: str
+    app_id: str
+    data_dir: Path
+    partitions: int = 4
+    web_port: int = field(default_factory=free_port)
+    extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen | None = None
+    log_path: Path | None = None
+
+    def start(self) -> "WorkerProcess":
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.data_dir / "worker.log"
+        log = open(self.log_path, "ab")
+        cmd = [sys.executable, "-m", "streams", "worker", "--bootstrap", self.bootstrap,
+               "--topic-prefix", self.prefix, "--app-id", self.app_id, "--partitions", str(self.partitions),
+               "--data-dir", str(self.data_dir), "--web-port", str(self.web_port), *self.extra_args]
+        env = {**os.environ, **self.env}
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True)
+        log.close()
+        return self
+
+    def get(self, path: str, timeout: float = 5.0):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.web_port}{path}", timeout=timeout) as r:
+            body = r.read()
+        return json.loads(body) if path != "/metrics" else body.decode()
+
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"worker exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                self.get("/health", timeout=1.0)
+                return
+            except Exception:
+                time.sleep(0.3)
+        raise TimeoutError(f"worker on port {self.web_port} not ready after {timeout}s:\n{self.log_tail()}")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+
+    def stop(self) -> None:
+        self.kill(signal.SIGTERM)
+
+    def log_tail(self, n: int = 60) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+
+
+def group_lag(bootstrap: str, app_id: str, topics: list[str]) -> dict[str, int]:
+    """Per topic, high watermarks minus the group's committed offsets (summed over partitions)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": app_id, "enable.auto.commit": False,
+                         "logger": client_logger})
+    try:
+        out: dict[str, int] = {}
+        for topic in topics:
+            md = consumer.list_topics(topic, timeout=10)
+            parts = list(md.topics[topic].partitions) if topic in md.topics else []
+            committed = consumer.committed([TopicPartition(topic, p) for p in parts], timeout=10)
+            lag = 0
+            for tp in committed:
+                _lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=10)
+                lag += max(0, hi - max(tp.offset, 0))
+            out[topic] = lag
+        return out
+    finally:
+        consumer.close()
+
+
+def wait_quiescent(bootstrap: str, app_id: str, topics: TopicNames, timeout: float = 120.0,
+                   settle: float = 1.5) -> dict[str, int]:
+    """Wait until the processor has committed everything routed and folded, twice in a row
+    ``settle`` seconds apart. Returns the last lags (all zero) or raises TimeoutError."""
+    deadline = time.monotonic() + timeout
+    streak = 0
+    last: dict[str, int] = {}
+    while time.monotonic() < deadline:
+        last = group_lag(bootstrap, app_id, [topics.events, topics.by_cohort])
+        if all(v == 0 for v in last.values()):
+            streak += 1
+            if streak >= 2:
+                return last
+        else:
+            streak = 0
+        time.sleep(settle)
+    raise TimeoutError(f"pipeline not quiescent after {timeout}s: lag {last}")
+
+
+def new_admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def produce_events(bootstrap: str, topic: str, events, codec=None) -> int:
+    """Produce event dicts to ``topic`` keyed by job_id, with the headers of their type
+    (``codec.headers.event``), as fast as the client allows (waits for room when its buffer is
+    full); returns how many."""
+    from streams.codec import Codec
+
+    codec = codec or Codec()
+    p = Producer(producer_config(bootstrap, **{"linger.ms": 20, "batch.num.messages": 10000}))
+    n = 0
+    for d in events:
+        while True:
+            try:
+                p.produce(topic, key=d["job_id"].encode(), value=codec.encode_event(d),
+                          headers=codec.headers.event(d["type"]))
+                break
+            except BufferError:
+                p.poll(0.05)
+        n += 1
+        if n % 5000 == 0:
+            p.poll(0)
+    p.flush(60)
+    return n

@@ -1,0 +1,99 @@
+"""The router: stage one of the processor, without Kafka or Faust.
+
+It takes raw records of ``lineage.events`` (keyed by job_id), decodes and validates each one
+itself (an undecodable or invalid record becomes a dead letter with the reason; it never
+raises), and groups the valid ones by cohort, in order, for the internal topic keyed by
+cohort_id. The job → cohort map is whatever mapping it is given (streams.worker.jobmap live, a dict
+in tests). A record's Kafka headers come with it (``RawRecord.headers``): a dead letter keeps them
+(``DeadLetterRecord.original_headers``; the outbox writes them ``original.``-prefixed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, MutableMapping, Sequence
+
+from streams.codec import Codec, DecodeError
+from streams.core.cohorts import CohortRouter
+from streams.core.errors import InvalidEvent
+from streams.core.events import parse_event
+
+
+@dataclass(frozen=True, slots=True)
+class RawRecord:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int | None = None
+    #: the record's Kafka headers as the consumer gave them (pairs or a mapping; None: none)
+    headers: Any = None
+
+
+class DeadLetterRecord(dict):
+    """A ``DeadLetter`` record dict (exactly its Avro fields), with the Kafka headers of the
+    record it is about beside it (not a field: they go out as headers of the dead letter)."""
+
+    __slots__ = ("original_headers",)
+
+    def __init__(self, fields: dict[str, Any], original_headers: Any = None) -> None:
+        super().__init__(fields)
+        self.original_headers = original_headers
+
+
+@dataclass
+class Routed:
+    #: cohort_id -> [RoutedEvent dicts] in source order
+    batches: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: DeadLetter record dicts (DeadLetterRecord: with the original record's headers)
+    dead: list[dict[str, Any]] = field(default_factory=list)
+    events: int = 0
+
+
+def dead_letter(rec: RawRecord, error_kind: str, reason: str, now_ms: int) -> DeadLetterRecord:
+    return DeadLetterRecord({
+        "original_topic": rec.topic,
+        "original_partition": rec.partition,
+        "original_offset": rec.offset,
+        "original_key": rec.key,
+        "original_value": rec.value if rec.value is not None else b"",
+        "reason": reason,
+        "error_kind": error_kind,
+        "ts": now_ms,
+    }, rec.headers)
+
+
+class Router:
+    def __init__(self, codec: Codec, cohort_of: MutableMapping[str, str]) -> None:
+        self.codec = codec
+        self.cohorts = CohortRouter(cohort_of)
+
+    def route(self, records: Sequence[RawRecord], now_ms: int) -> Routed:
+        out = Routed()
+        for rec in records:
+            self.route_one(rec, out, now_ms)
+        return out
+
+    def route_one(self, rec: RawRecord, out: Routed, now_ms: int) -> None:
+        """Decode, validate and route one record into ``out`` (never raises on bad input)."""
+        try:
+            data = self.codec.decode_event(rec.value)
+        except DecodeError as exc:
+            out.dead.append(dead_letter(rec, exc.reason, str(exc), now_ms))
+            return
+        try:
+            event = parse_event(data)
+        except InvalidEvent as exc:
+            out.dead.append(dead_letter(rec, "INVALID_EVENT", str(exc), now_ms))
+            return
+        if rec.key is not None and rec.key != event.job_id.encode("utf-8"):
+            out.dead.append(dead_letter(
+                rec, "WRONG_KEY",
+                f"key {rec.key!r} is not the event's job_id {event.job_id!r} (SPEC §3: keyed by job_id)",
+                now_ms))
+            return
+        cohort = self.cohorts.route(event)
+        out.batches.setdefault(cohort, []).append(
+            {"partition": rec.partition, "offset": rec.offset, "value": rec.value})
+        out.events += 1

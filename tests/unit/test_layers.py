@@ -1,0 +1,113 @@
+"""The package layering of ``streams/`` (README, "Layout"): a package imports only packages of
+its own rank or below, never one above it, and the pure packages import no I/O library.
+
+Checked on the source (every ``import``/``from ... import`` anywhere in a module, also inside
+functions), so a lazy import cannot hide an upward dependency."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+STREAMS = Path(__file__).resolve().parents[2] / "streams"
+
+#: rank of each top-level package (or module) of ``streams``: lower ranks never import higher ones
+RANKS: dict[str, int] = {
+    "errors": 0,
+    "core": 1,          # the lineage fold: events in, decisions out
+    "codec": 2,         # Avro contract
+    "control": 2,       # the fold of lineage.control
+    "referee": 2,       # decisions -> records, Kafka-free
+    "files": 2,         # JSON Lines, archives, atomic writes
+    "signing": 3,       # Ed25519 keys and commitment signatures
+    "kafka": 3,         # every Kafka client, from one settings object; topics; the local broker
+    "worker": 4,        # the Faust worker
+    "audit": 4,         # the log an auditor reads, the audit, proofs, export, as-of
+    "operators": 4,     # publish, plans, release, alerts
+    "client": 4,        # the job client
+    "report": 5,        # the incident report (HTML/SVG/PNG)
+    "demo": 5,          # the numpy demo, the smoke test, the worked example
+    "testing": 6,       # generators and invariants for tests and benchmarks
+    "cli": 7,           # entry points
+    "__main__": 8,
+    "__init__": 8,
+}
+
+#: packages that must stay pure: no Kafka, Faust, Avro or other I/O library
+PURE = {"core", "control", "referee"}
+IO_LIBS = {"confluent_kafka", "faust", "aiokafka", "fastavro", "mode", "socket", "requests", "urllib"}
+
+
+def _modules():
+    for path in sorted(STREAMS.rglob("*.py")):
+        rel = path.relative_to(STREAMS)
+        top = rel.parts[0].removesuffix(".py")
+        yield top, rel, ast.parse(path.read_text(), str(path))
+
+
+def _imports(tree: ast.AST):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module, node.lineno, [a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                yield a.name, node.lineno, []
+
+
+def test_every_package_has_a_rank():
+    tops = {top for top, _rel, _tree in _modules()}
+    assert tops <= set(RANKS), f"rank these packages in RANKS: {sorted(tops - set(RANKS))}"
+
+
+def test_no_package_imports_one_above_it():
+    bad = []
+    for top, rel, tree in _modules():
+        for module, line, names in _imports(tree):
+            parts = module.split(".")
+            if parts[0] != "streams":
+                continue
+            targets = [parts[1]] if len(parts) > 1 else names
+            for target in targets:
+                if target in RANKS and target != top and RANKS[target] > RANKS[top]:
+                    bad.append(f"streams/{rel}:{line} ({top}, rank {RANKS[top]}) imports "
+                               f"streams.{target} (rank {RANKS[target]})")
+    assert not bad, "\n".join(bad)
+
+
+def test_no_cycles_between_packages():
+    edges: dict[str, set[str]] = {}
+    for top, _rel, tree in _modules():
+        for module, _line, names in _imports(tree):
+            parts = module.split(".")
+            if parts[0] == "streams":
+                for target in ([parts[1]] if len(parts) > 1 else names):
+                    if target in RANKS and target != top:
+                        edges.setdefault(top, set()).add(target)
+    seen: dict[str, int] = {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        if seen.get(node) == 1:
+            pytest.fail("package import cycle: " + " -> ".join(stack[stack.index(node):] + [node]))
+        if seen.get(node) == 2:
+            return
+        seen[node] = 1
+        for nxt in sorted(edges.get(node, ())):
+            visit(nxt, stack + [node])
+        seen[node] = 2
+
+    for node in sorted(edges):
+        visit(node, [])
+
+
+@pytest.mark.parametrize("package", sorted(PURE))
+def test_pure_packages_import_no_io(package):
+    bad = []
+    for top, rel, tree in _modules():
+        if top != package:
+            continue
+        for module, line, _names in _imports(tree):
+            if module.split(".")[0] in IO_LIBS:
+                bad.append(f"streams/{rel}:{line} imports {module}")
+    assert not bad, "\n".join(bad)
