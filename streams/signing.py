@@ -53,6 +53,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from streams.files.atomic import atomic_write
 from streams.core.commitment import check_heads
+from streams.errors import TraintraceError
 
 __all__ = [
     "BAD_SIGNATURE",
@@ -103,7 +104,7 @@ HEADS_MISMATCH = "HEADS_MISMATCH"  # signed root is fine, but the heads do not h
 _KEYRING_SUFFIXES = (".pub", ".pem")
 
 
-class SigningError(Exception):
+class SigningError(TraintraceError):
     """A key cannot be generated, written or read (names the file and why)."""
 
 

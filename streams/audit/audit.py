@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from streams.files.archive import LogRecord
+from streams.referee.input import BadBatch, read_batch
 from streams.referee.referee import Referee
 from streams.codec import Codec, DecodeError
 from streams.core.chain import GENESIS, canonical_bytes, canonical_with_nulls, verify_link
@@ -406,16 +407,15 @@ class Auditor:
             if i % 200 == 0:
                 self._tick("input", i, len(recs))
             try:
-                _name, batch = self.codec.decode_record(rec.value or b"")
-                cohort, events = batch["cohort_id"], batch["events"]
-            except (DecodeError, KeyError, TypeError) as exc:
-                chk.fail(Finding(f"undecodable input batch: {exc}", where=_where(rec)))
+                batch = read_batch(self.codec, rec.value)
+            except BadBatch as exc:
+                chk.fail(Finding(f"undecodable input batch: {exc.__cause__}", where=_where(rec)))
                 continue
-            if batch.get("tick_ms") is not None:  # the processor's clock, recorded in its input
-                self.items.append(_Item(cohort, None, rec.timestamp, rec.partition, rec,
-                                        (batch["tick_ms"], batch.get("grace_ms") or 0)))
+            cohort = batch.cohort
+            if batch.tick is not None:  # the processor's clock, recorded in its input
+                self.items.append(_Item(cohort, None, rec.timestamp, rec.partition, rec, batch.tick))
                 continue
-            for r in events:
+            for r in batch.events:
                 chk.checked += 1
                 origin = (r["partition"], r["offset"])
                 have = self.by_origin.get(origin)

@@ -28,6 +28,8 @@ from streams.codec import Codec, DecodeError
 from streams.core.cohorts import CohortRouter
 from streams.core.errors import InvalidEvent
 from streams.core.events import Event, parse_event
+from streams.referee.input import BadBatch, parse_routed, read_batch
+from streams.audit.errors import AuditError
 
 #: logical topic -> TopicNames field
 TOPICS: dict[str, str] = {
@@ -41,7 +43,7 @@ TOPICS: dict[str, str] = {
 }
 
 
-class AuditLogError(Exception):
+class AuditLogError(AuditError):
     """The log cannot be read (named source, what is wrong)."""
 
 
@@ -274,20 +276,18 @@ def fold_order(log: AuditLog, codec: Codec | None = None) -> Iterator[Folded]:
 def _from_input(log: AuditLog, codec: Codec) -> Iterator[Folded]:
     for rec in log.topic("input"):
         try:
-            _name, batch = codec.decode_record(rec.value or b"")
-            cohort = batch["cohort_id"]
-            routed = batch["events"]
-        except (DecodeError, KeyError, TypeError) as exc:
-            yield Folded("", None, rec.timestamp, (-1, -1), rec.value, rec, f"undecodable EventBatch: {exc}")
+            batch = read_batch(codec, rec.value)
+        except BadBatch as exc:
+            yield Folded("", None, rec.timestamp, (-1, -1), rec.value, rec, str(exc))
             continue
-        for r in routed:
+        for r in batch.events:
             origin = (r["partition"], r["offset"])
             try:
-                event = parse_event(codec.decode_event(r["value"]))
+                event = parse_routed(codec, r)
             except (DecodeError, InvalidEvent) as exc:
-                yield Folded(cohort, None, rec.timestamp, origin, r["value"], rec, str(exc))
+                yield Folded(batch.cohort, None, rec.timestamp, origin, r["value"], rec, str(exc))
                 continue
-            yield Folded(cohort, event, rec.timestamp, origin, r["value"], rec)
+            yield Folded(batch.cohort, event, rec.timestamp, origin, r["value"], rec)
 
 
 def _from_events(log: AuditLog, codec: Codec) -> Iterator[Folded]:

@@ -33,6 +33,7 @@ from streams.core.commitment import build_commitment, check_heads, event_leaf, h
 from streams.core.decide import Lineage
 from streams.core.events import Event
 from streams.core.state import Config
+from streams.audit.errors import AuditError
 
 __all__ = [
     "CONSISTENCY",
@@ -66,7 +67,7 @@ _COMMITMENT_FIELDS = ("cohort_id", "root", "tree_size", "heads", "snapshot", "ts
                       "log_root", "log_size")
 
 
-class ProofError(Exception):
+class ProofError(AuditError):
     """A proof cannot be built from this log (what is missing, and where)."""
 
 

@@ -38,7 +38,7 @@ def plans(as_json: bool, bootstrap: str | None, topic_prefix: str | None) -> Non
     bootstrap = read_bootstrap(bootstrap)
     topics = topics_for(topic_prefix)
     from streams.codec import Codec
-    from streams.operators.operators import read_control
+    from streams.operators.plans import read_control
 
     with operator_errors():
         state = read_control(bootstrap, topics, Codec())

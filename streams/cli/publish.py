@@ -66,7 +66,7 @@ def read_bootstrap(bootstrap: str | None) -> str:
 def operator_errors() -> Iterator[None]:
     """One clear line on stderr: exit 1 for bad input, 2 for Kafka and the environment."""
     from streams.kafka.reader import ReaderError, TopicNotFound
-    from streams.operators.operators import OperatorError
+    from streams.operators.errors import OperatorError
 
     try:
         yield
@@ -105,7 +105,7 @@ def publish(file: str, skip_invalid: bool, create_topics: bool, as_json: bool,
     bootstrap = read_bootstrap(bootstrap)
     topics = topics_for(topic_prefix)
     from streams.codec import Codec
-    from streams.operators.operators import publish_file
+    from streams.operators.publish import publish_file
 
     bar: Progress | None = None
     progress_cb = None

@@ -39,7 +39,8 @@ def release(job: str, operator: str | None, cohort_id: str | None, as_json: bool
     bootstrap = read_bootstrap(bootstrap)
     topics = topics_for(topic_prefix)
     from streams.codec import Codec
-    from streams.operators.operators import read_control, release_job
+    from streams.operators.plans import read_control
+    from streams.operators.release import release_job
 
     codec = Codec()
     with operator_errors():

@@ -116,7 +116,7 @@ def _watch(as_json: bool, from_beginning: bool, max_messages: int | None,
     bootstrap = read_bootstrap(bootstrap)
     topics = topics_for(topic_prefix)
     from streams.codec import Codec
-    from streams.operators.operators import alerts
+    from streams.operators.alerts import alerts
 
     err = Console(stderr=True)
 

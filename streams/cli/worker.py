@@ -82,6 +82,7 @@ def worker(bootstrap, topic_prefix, app_id, partitions, data_dir, store, web_por
         seed_group_offsets,
         standard_topics,
     )
+    from streams.errors import TraintraceError
     from streams.worker.settings import WorkerSettings
     from streams.core.state import Config
 
@@ -129,7 +130,7 @@ def worker(bootstrap, topic_prefix, app_id, partitions, data_dir, store, web_por
 
     try:  # a data dir of another app id, or a table cache of another Kafka log (Faust's ConsistencyError)
         note = prepare_data_dir(settings, reset=reset_data_dir)
-    except KafkaAdapterError as exc:
+    except TraintraceError as exc:  # DataDirError, or Kafka unreachable while checking
         fail(escape(str(exc)))
     if note:
         err_console.print(f"traintrace worker: {escape(note)}", highlight=False, soft_wrap=True)

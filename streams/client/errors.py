@@ -1,9 +1,10 @@
 """Errors of the training-job client."""
 
 from __future__ import annotations
+from streams.errors import TraintraceError
 
 
-class ClientError(Exception):
+class ClientError(TraintraceError):
     """The client cannot do what was asked (bad journal, Kafka buffer full past the timeout,
     invalid event fields, ...); the message says what and why."""
 

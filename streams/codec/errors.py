@@ -12,6 +12,7 @@ a :class:`DecodeError` on purpose: the record may be perfectly valid, so a consu
 """
 
 from __future__ import annotations
+from streams.errors import TraintraceError
 
 #: The input is empty (or ``None``: a Kafka tombstone).
 EMPTY = "EMPTY"
@@ -39,7 +40,7 @@ DECODE_REASONS: tuple[str, ...] = (
 )
 
 
-class CodecError(Exception):
+class CodecError(TraintraceError):
     """Base class of every error the codec raises."""
 
 

@@ -1,9 +1,10 @@
 """Errors of the lineage core."""
 
 from __future__ import annotations
+from streams.errors import TraintraceError
 
 
-class CoreError(Exception):
+class CoreError(TraintraceError):
     """Base of every error the core raises."""
 
 

@@ -61,6 +61,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+from streams.errors import TraintraceError
 
 __all__ = ["DemoError", "DemoState", "JobView", "audit_run", "check_story", "delete_run_topics",
            "expected_for", "redo_commands", "run_demo"]
@@ -70,7 +71,7 @@ log = logging.getLogger("traintrace.demo")
 GATES = ("warn", "refuse")
 
 
-class DemoError(Exception):
+class DemoError(TraintraceError):
     """The demo could not run (a worker did not start, the pipeline never settled, ...)."""
 
 
@@ -852,7 +853,7 @@ def run_demo(bootstrap: str, work_dir: str | os.PathLike[str], *, gate: str = "w
     from streams.kafka.clients import TopicNames, ensure_topics, standard_topics
     from streams.codec import Codec
     from streams.demo.scenario import COHORT_ID, STEPS, default_cohort, describe
-    from streams.operators.operators import effective_plans
+    from streams.operators.plans import effective_plans
     from streams.worker.process import WorkerProcess, wait_quiescent
 
     if gate not in GATES:

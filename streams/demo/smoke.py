@@ -15,9 +15,10 @@ from streams.codec import Codec, DecodeError
 from streams.core.decide import Lineage
 from streams.core.events import parse_event
 from streams.demo.examples import worked_example
+from streams.demo.pipeline import DemoError
 
 
-class SmokeError(Exception):
+class SmokeError(DemoError):
     pass
 
 
@@ -124,7 +125,7 @@ def run_live(bootstrap: str, data_dir: str, partitions: int = 3, timeout: float 
     from streams.kafka.clients import TopicNames, standard_topics
     from streams.kafka.reader import read_to_end
     from streams.core.cohorts import CohortLineage
-    from streams.operators.operators import effective_plans
+    from streams.operators.plans import effective_plans
     from streams.worker.process import WorkerProcess, wait_quiescent
 
     codec = Codec()

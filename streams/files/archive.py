@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
 import fastavro
+from streams.files.errors import FilesError
 
 ARCHIVE_SCHEMA = {
     "type": "record",
@@ -42,7 +43,7 @@ _PARSED = fastavro.parse_schema(ARCHIVE_SCHEMA)
 FORMAT = "traintrace-archive/1"
 
 
-class ArchiveError(Exception):
+class ArchiveError(FilesError):
     """The file is not a readable traintrace archive."""
 
 

@@ -14,6 +14,7 @@ from typing import IO, Iterator
 
 from streams.core.errors import InvalidEvent
 from streams.core.events import Event, parse_event
+from streams.files.errors import FilesError
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class LineError:
         return f"{where}: {self.reason}"
 
 
-class JsonlError(Exception):
+class JsonlError(FilesError):
     def __init__(self, error: LineError) -> None:
         super().__init__(str(error))
         self.error = error

@@ -35,6 +35,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+from streams.kafka.clients import KafkaAdapterError
 
 __all__ = [
     "DEFAULT_KAFKA_VERSION",
@@ -92,7 +93,7 @@ _log = logging.getLogger(__name__)
 # --------------------------------------------------------------------------- errors
 
 
-class BrokerError(Exception):
+class BrokerError(KafkaAdapterError):
     """Base class. ``str(exc)`` is one line saying what to do; ``exc.detail`` has more context."""
 
     def __init__(self, message: str, detail: str | None = None) -> None:

@@ -14,6 +14,7 @@ from typing import Any, Iterable
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
+from streams.errors import TraintraceError
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 
@@ -25,7 +26,7 @@ if not os.environ.get("TRAINTRACE_KAFKA_DEBUG"):
     client_logger.addHandler(logging.NullHandler())
 
 
-class KafkaAdapterError(Exception):
+class KafkaAdapterError(TraintraceError):
     """A Kafka operation of traintrace failed; the message says which and why."""
 
 

@@ -31,12 +31,13 @@ from confluent_kafka import (
 )
 
 from streams.kafka.clients import client_logger
+from streams.kafka.clients import KafkaAdapterError
 
 #: How long to wait for the broker's metadata before saying it cannot be reached.
 CONNECT_TIMEOUT = 10.0
 
 
-class ReaderError(Exception):
+class ReaderError(KafkaAdapterError):
     """Reading a topic failed; the message says which topic and why."""
 
 

@@ -23,7 +23,7 @@ from streams.kafka.reader import read_to_end
 from streams.codec import Codec, DecodeError
 from streams.core.errors import InvalidEvent
 from streams.core.events import parse_event
-from streams.operators.operators import effective_plans
+from streams.operators.plans import effective_plans
 
 CODEC = Codec()
 PLAN_FIELDS = ("job_id", "incarnation", "action", "target_checkpoint_id", "target_step", "incident_ids",

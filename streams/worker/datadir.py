@@ -39,7 +39,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from streams.kafka.clients import KafkaAdapterError, client_logger
+from streams.kafka.clients import client_logger
+from streams.worker.errors import WorkerError
 
 log = logging.getLogger("traintrace.worker")
 
@@ -54,7 +55,7 @@ OFFSET_KEY = b"__faust\x00offset__"
 _STORE_RE = re.compile(r"^(?P<table>.+)-(?P<partition>\d+)\.db$")
 
 
-class DataDirError(KafkaAdapterError):
+class DataDirError(WorkerError):
     """The data directory cannot be used by this worker; the message says why and what to do."""
 
 

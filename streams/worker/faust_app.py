@@ -40,13 +40,13 @@ from streams.worker import metrics
 from streams.worker.clock import InputClock
 from streams.worker.jobmap import HEADERS as JOBMAP_HEADERS
 from streams.worker.jobmap import JobCohortMap, read_map_partitions
+from streams.worker.published import read_published_commands
 from streams.worker.positions import InputPartitions, Verdict
+from streams.referee.input import fold_batch
 from streams.referee.referee import Referee
 from streams.worker.router import RawRecord, Routed, Router
 from streams.worker.settings import WorkerSettings
 from streams.codec import Codec, DecodeError
-from streams.core.errors import InvalidEvent
-from streams.core.events import parse_event
 from streams.referee.records import Emission
 
 log = logging.getLogger("traintrace.worker")
@@ -231,98 +231,12 @@ def _replay_partition(settings: WorkerSettings, codec: Codec, referee: Referee, 
                     position = end
                     break
                 position = msg.offset() + 1
-                n += _fold_batch_value(codec, referee, msg.value(), partition, msg.offset(), msg.timestamp()[1],
+                n += fold_batch(codec, referee, msg.value(), partition, msg.offset(), msg.timestamp()[1],
                                        publish=False,
                                        on_reject=None)[0]
     finally:
         consumer.close()
     return n
-
-
-def _fold_batch_value(codec: Codec, referee: Referee, value: bytes, partition: int, offset: int, ts: int,
-                      publish: bool, on_reject) -> tuple[int, list[Emission]]:
-    try:
-        _name, batch = codec.decode_record(value)
-    except DecodeError as exc:
-        if on_reject is not None:
-            on_reject(None, f"undecodable EventBatch: {exc}", "BAD_BATCH")
-        return 0, []
-    cohort = batch["cohort_id"]
-    out: list[Emission] = []
-    n = 0
-    if batch.get("tick_ms") is not None:  # the processor's clock, in the log (Referee.due_ticks)
-        out = referee.clock_tick(cohort, batch["tick_ms"], batch.get("grace_ms") or 0,
-                                 partition=partition, publish=publish)
-        referee.note_input(cohort, partition, offset)
-        return 0, out
-    for routed in batch["events"]:
-        try:
-            event = parse_event(codec.decode_event(routed["value"]))
-        except (DecodeError, InvalidEvent) as exc:  # the router validated it: should not happen
-            if on_reject is not None:
-                on_reject(routed, str(exc), "INVALID_EVENT")
-            continue
-        handled = referee.handle(cohort, event, ts, partition=partition, publish=publish)
-        n += 1
-        if not handled.result.accepted and not handled.result.duplicate and on_reject is not None:
-            reasons = "; ".join(f"{r}: {d}" for r, d in handled.result.guard) or "rejected by the fold"
-            on_reject(routed, reasons, handled.result.guard[0][0] if handled.result.guard else "REJECTED")
-        out.extend(handled.emissions)
-    referee.note_input(cohort, partition, offset)
-    return n, out
-
-
-def read_published_commands(settings: WorkerSettings, codec: Codec) -> tuple[set[str], dict[str, tuple[str, str]]]:
-    """Every command_id already on ``lineage.control`` (read to its end) or superseded by one
-    there, and the last plan record of each job (job_id -> (record name, command_id))."""
-    topic = settings.topics.control
-    consumer = Consumer(consumer_config(settings.bootstrap, f"{settings.app_id}-published",
-                                        **{"enable.partition.eof": True}))
-    ids: set[str] = set()
-    last_plan: dict[str, tuple[str, str]] = {}
-    try:
-        md = consumer.list_topics(topic, timeout=30)
-        if topic not in md.topics:
-            return ids, last_plan
-        parts = list(md.topics[topic].partitions)
-        ends = {}
-        for p in parts:
-            _lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
-            if hi > 0:
-                ends[p] = hi
-        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-        done: set[int] = set()
-        idle_since = time.monotonic()
-        while len(done) < len(ends):
-            msgs = consumer.consume(500, timeout=0.1)
-            if not msgs:
-                if time.monotonic() - idle_since > 30:
-                    raise RuntimeError(f"reading {topic} stalled")
-                continue
-            idle_since = time.monotonic()
-            for msg in msgs:
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        done.add(msg.partition())
-                    continue
-                if msg.offset() + 1 >= ends[msg.partition()]:
-                    done.add(msg.partition())
-                try:
-                    name, rec = codec.decode_record(msg.value())
-                except DecodeError:
-                    continue
-                cid = rec.get("command_id")
-                if cid:
-                    ids.add(cid)
-                if rec.get("supersedes"):
-                    # superseded on the topic already: re-deciding it (a replay that starts
-                    # before the record that superseded it) must not publish it after its successor
-                    ids.add(rec["supersedes"])
-                if name in ("RollbackCommand", "QuarantineNotice", "PlanCleared"):
-                    last_plan[rec["job_id"]] = (name, cid)
-    finally:
-        consumer.close()
-    return ids, last_plan
 
 
 def _die(agent: str, exc: BaseException) -> None:
@@ -664,7 +578,7 @@ def create_app(settings: WorkerSettings) -> faust.App:
 
                 # the processor's time of these events is their input record's timestamp (the
                 # router's clock), as in a replay: what it decides is reproducible from the log
-                n, emissions = _fold_batch_value(codec, referee, rec.value, p, o, rec.timestamp or now_ms(),
+                n, emissions = fold_batch(codec, referee, rec.value, p, o, rec.timestamp or now_ms(),
                                                  True, reject)
                 out.extend(emissions)
                 fold.advance(p, o)

@@ -29,7 +29,7 @@ from streams.codec import Codec
 from streams.audit.audit import audit, recomputed_digest
 from streams.audit.log import Until, load_archive, load_topics
 from streams.audit.export import export
-from streams.operators.operators import publish_file
+from streams.operators.publish import publish_file
 from streams.testing.cohort import chain_events, generate_cohorts
 from streams.worker.process import WorkerProcess, wait_quiescent
 

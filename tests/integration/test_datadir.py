@@ -24,7 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from streams.kafka.clients import TopicNames, ensure_topics, standard_topics
 from streams.worker.datadir import MARKER_NAME, prepare_data_dir
 from streams.worker.settings import WorkerSettings
-from streams.operators.operators import publish_file
+from streams.operators.publish import publish_file
 from streams.worker.process import WorkerProcess, wait_quiescent
 
 SCENARIO = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios" / "14_pbt_cohort.jsonl"

@@ -23,7 +23,8 @@ from streams.codec.headers import (
     TYPE_HEADER,
     VERSION_HEADER,
 )
-from streams.operators.operators import publish_file, release_job
+from streams.operators.publish import publish_file
+from streams.operators.release import release_job
 from streams.worker.process import produce_events, wait_quiescent
 
 CODEC = Codec()

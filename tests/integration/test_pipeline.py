@@ -19,7 +19,8 @@ from streams.kafka.clients import producer_config
 from streams.kafka.reader import read_to_end
 from streams.codec import Codec
 from streams.audit.analyze import analyze_file
-from streams.operators.operators import effective_plans, publish_file
+from streams.operators.plans import effective_plans
+from streams.operators.publish import publish_file
 from streams.testing.invariants import assert_commands_consistent, assert_live_equals_offline
 from streams.testing.cohort import generate_cohorts
 from streams.worker.process import wait_quiescent

@@ -19,7 +19,8 @@ from types import SimpleNamespace
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from streams.kafka.clients import KafkaAdapterError, TopicNames
+from streams.errors import TraintraceError
+from streams.kafka.clients import TopicNames
 from streams.worker import datadir
 from streams.worker.datadir import (
     MARKER_NAME,
@@ -226,7 +227,7 @@ def test_another_app_id_is_refused_in_one_line(tmp_path):
     with pytest.raises(DataDirError) as info:
         prepare_data_dir(settings(d), admin=admin)
     msg = str(info.value)
-    assert isinstance(info.value, KafkaAdapterError)
+    assert isinstance(info.value, TraintraceError)
     assert "\n" not in msg
     assert "'tt-other'" in msg and repr(APP) in msg and str(d) in msg
     assert "--data-dir" in msg and "remove" in msg

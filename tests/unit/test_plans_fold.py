@@ -7,7 +7,8 @@ import json
 import pytest
 
 from streams.codec import Codec, DecodeError
-from streams.operators.operators import ControlState, fold_control, release_command_id
+from streams.control.fold import ControlState, fold_control
+from streams.operators.release import release_command_id
 from streams.core.ids import command_id, hash_parts
 
 

@@ -1,0 +1,1 @@
+"""The fold of ``lineage.control`` (pure): what each job's commands mean together."""

@@ -1,0 +1,96 @@
+"""The processor's input, unpacked one way for everyone: a ``lineage.by-cohort`` record
+(``EventBatch``) becomes the items the referee folds, in order.
+
+A record is either a batch of routed events of one cohort (each with its position on
+``lineage.events`` and its exact bytes) or a clock tick of that cohort (``tick_ms``,
+``grace_ms``: the processor's clock, recorded in its input so every replay halts at the same
+point). The live worker (:mod:`streams.worker.faust_app`, live and when it rebuilds a partition)
+and the audit (:mod:`streams.audit.log`, :mod:`streams.audit.audit`) read the input through
+:func:`read_batch` and :func:`parse_routed` and fold it through :func:`fold_batch`, so they
+cannot disagree on what a record means.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from streams.codec import Codec, DecodeError
+from streams.core.errors import InvalidEvent
+from streams.core.events import Event, parse_event
+from streams.errors import TraintraceError
+from streams.referee.records import Emission
+from streams.referee.referee import Referee
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One decoded ``EventBatch``: ``events`` are RoutedEvent dicts (``partition``, ``offset``,
+    ``value``) in fold order; ``tick`` is ``(tick_ms, grace_ms)`` for a clock tick (no events)."""
+
+    cohort: str
+    events: list[dict[str, Any]]
+    tick: tuple[int, int] | None = None
+
+
+class BadBatch(TraintraceError, ValueError):
+    """An input record that is not an ``EventBatch`` (the message says why)."""
+
+
+def read_batch(codec: Codec, value: bytes | None) -> Batch:
+    """The :class:`Batch` an input record holds; raises :class:`BadBatch` when it holds none."""
+    try:
+        _name, batch = codec.decode_record(value or b"")
+        cohort, events = batch["cohort_id"], batch["events"]
+    except (DecodeError, KeyError, TypeError) as exc:
+        raise BadBatch(f"undecodable EventBatch: {exc}") from exc
+    tick = batch.get("tick_ms")
+    if tick is not None:
+        return Batch(cohort, [], (tick, batch.get("grace_ms") or 0))
+    return Batch(cohort, events)
+
+
+def parse_routed(codec: Codec, routed: dict[str, Any]) -> Event:
+    """The event a RoutedEvent carries; raises DecodeError or InvalidEvent (both ValueError)."""
+    return parse_event(codec.decode_event(routed["value"]))
+
+
+#: reject(routed event or None for the whole record, reason, error kind): what could not be folded
+Reject = Callable[[dict[str, Any] | None, str, str], None]
+
+
+def fold_batch(codec: Codec, referee: Referee, value: bytes | None, partition: int, offset: int, ts: int,
+               publish: bool, on_reject: Reject | None = None) -> tuple[int, list[Emission]]:
+    """Fold the input record at ``partition``/``offset`` (its timestamp ``ts`` is the processor's
+    clock for it) into ``referee``; return (events folded, records to publish: none unless
+    ``publish``). What cannot be folded is told to ``on_reject``: an undecodable record
+    (``BAD_BATCH``), an event that does not parse (``INVALID_EVENT``), one the fold rejects
+    (its guard's first reason)."""
+    try:
+        batch = read_batch(codec, value)
+    except BadBatch as exc:
+        if on_reject is not None:
+            on_reject(None, str(exc), "BAD_BATCH")
+        return 0, []
+    if batch.tick is not None:
+        out = referee.clock_tick(batch.cohort, batch.tick[0], batch.tick[1], partition=partition, publish=publish)
+        referee.note_input(batch.cohort, partition, offset)
+        return 0, out
+    out = []
+    n = 0
+    for routed in batch.events:
+        try:
+            event = parse_routed(codec, routed)
+        except (DecodeError, InvalidEvent) as exc:
+            if on_reject is not None:
+                on_reject(routed, str(exc), "INVALID_EVENT")
+            continue
+        handled = referee.handle(batch.cohort, event, ts, partition=partition, publish=publish)
+        n += 1
+        result = handled.result
+        if not result.accepted and not result.duplicate and on_reject is not None:
+            reasons = "; ".join(f"{r}: {d}" for r, d in result.guard) or "rejected by the fold"
+            on_reject(routed, reasons, result.guard[0][0] if result.guard else "REJECTED")
+        out.extend(handled.emissions)
+    referee.note_input(batch.cohort, partition, offset)
+    return n, out
