@@ -31,13 +31,8 @@ sys.path.insert(0, str(REPO))
 
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
-from streams.kafka.clients import (  # noqa: E402
-    TopicNames,
-    client_logger,
-    consumer_config,
-    ensure_topics,
-    standard_topics,
-)
+from streams.kafka.settings import client_logger, consumer_config  # noqa: E402
+from streams.kafka.topics import TopicNames, ensure_topics, standard_topics  # noqa: E402
 from streams.codec import Codec  # noqa: E402
 from streams.audit.audit import audit  # noqa: E402
 from streams.audit.log import TOPICS, load_archive, load_topics  # noqa: E402

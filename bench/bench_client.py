@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
-from streams.kafka.clients import TopicNames, ensure_topics, standard_topics  # noqa: E402
+from streams.kafka.topics import TopicNames, ensure_topics, standard_topics  # noqa: E402
 from streams.client import JobClient, hash_path  # noqa: E402
 
 

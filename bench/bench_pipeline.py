@@ -30,14 +30,8 @@ sys.path.insert(0, str(REPO))
 
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
-from streams.kafka.clients import (  # noqa: E402
-    TopicNames,
-    client_logger,
-    consumer_config,
-    ensure_topics,
-    producer_config,
-    standard_topics,
-)
+from streams.kafka.settings import client_logger, consumer_config, producer_config  # noqa: E402
+from streams.kafka.topics import TopicNames, ensure_topics, standard_topics  # noqa: E402
 from streams.codec import Codec  # noqa: E402
 from streams.testing.cohort import generate_cohorts  # noqa: E402
 from streams.worker.process import WorkerProcess, produce_events, wait_quiescent  # noqa: E402

@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from streams.kafka.clients import TopicNames, ensure_topics, standard_topics  # noqa: E402
+from streams.kafka.topics import TopicNames, ensure_topics, standard_topics  # noqa: E402
 from streams.testing.cohort import generate_cohorts  # noqa: E402
 from streams.worker.process import WorkerProcess, produce_events  # noqa: E402
 

@@ -7,7 +7,7 @@ import sys
 import click
 from rich.console import Console
 
-from streams.kafka.clients import BOOTSTRAP_ENV
+from streams.kafka.settings import BOOTSTRAP_ENV
 
 err_console = Console(stderr=True)
 

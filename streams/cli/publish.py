@@ -18,13 +18,9 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 from rich.table import Table
 
 from streams.files.jsonl import JsonlError
-from streams.kafka.clients import (
-    BOOTSTRAP_ENV,
-    KafkaAdapterError,
-    TopicNames,
-    ensure_topics,
-    standard_topics,
-)
+from streams.kafka.errors import KafkaAdapterError
+from streams.kafka.settings import BOOTSTRAP_ENV
+from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
 from streams.cli.common import resolve_bootstrap
 
 PREFIX_ENV = "TRAINTRACE_TOPIC_PREFIX"

@@ -73,9 +73,9 @@ def worker(bootstrap, topic_prefix, app_id, partitions, data_dir, store, web_por
     would lose records (finite retention, compaction) unless --allow-finite-retention.
     Stops cleanly on Ctrl-C / SIGTERM.
     """
-    from streams.kafka.clients import (
+    from streams.kafka.errors import KafkaAdapterError
+    from streams.kafka.topics import (
         FiniteRetentionError,
-        KafkaAdapterError,
         TopicNames,
         check_audit_retention,
         ensure_topics,

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Mapping
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from streams.kafka.clients import client_logger
+from streams.kafka.settings import client_logger
 from streams.codec import Codec, DecodeError
 
 log = logging.getLogger("traintrace.client")

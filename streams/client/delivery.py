@@ -1,6 +1,6 @@
 """Delivery of a job's events to ``lineage.events``: one idempotent producer, nothing lost.
 
-- The producer is confluent-kafka's, configured by :func:`streams.kafka.clients.producer_config`
+- The producer is confluent-kafka's, configured by :func:`streams.kafka.topics.producer_config`
   (``acks=all``, ``enable.idempotence``, ``partitioner=murmur2_random``), key = ``job_id``, so a
   job's events land in one partition in ``seq`` order and a retry inside librdkafka cannot
   duplicate or reorder them.
@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from streams.kafka.clients import producer_config
+from streams.kafka.settings import producer_config
 
 log = logging.getLogger("traintrace.client")
 

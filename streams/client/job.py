@@ -72,7 +72,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from streams.kafka.clients import BOOTSTRAP_ENV, TopicNames
+from streams.kafka.settings import BOOTSTRAP_ENV
+from streams.kafka.topics import TopicNames
 from streams.client.control import (
     ACTIONS,
     HALT,

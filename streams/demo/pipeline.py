@@ -850,7 +850,7 @@ def run_demo(bootstrap: str, work_dir: str | os.PathLike[str], *, gate: str = "w
     :class:`DemoError` when the pipeline cannot run; ``KeyboardInterrupt`` stops everything it
     started (jobs, workers) and propagates.
     """
-    from streams.kafka.clients import TopicNames, ensure_topics, standard_topics
+    from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
     from streams.codec import Codec
     from streams.demo.scenario import COHORT_ID, STEPS, default_cohort, describe
     from streams.operators.plans import effective_plans

@@ -10,7 +10,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer
 
-from streams.kafka.clients import consumer_config, ensure_topics, producer_config
+from streams.kafka.settings import consumer_config, producer_config
+from streams.kafka.topics import ensure_topics
 from streams.codec import Codec, DecodeError
 from streams.core.decide import Lineage
 from streams.core.events import parse_event
@@ -122,7 +123,7 @@ def run_live(bootstrap: str, data_dir: str, partitions: int = 3, timeout: float 
     import uuid
     from pathlib import Path
 
-    from streams.kafka.clients import TopicNames, standard_topics
+    from streams.kafka.topics import TopicNames, standard_topics
     from streams.kafka.reader import read_to_end
     from streams.core.cohorts import CohortLineage
     from streams.operators.plans import effective_plans

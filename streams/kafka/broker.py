@@ -35,7 +35,8 @@ import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
-from streams.kafka.clients import KafkaAdapterError
+
+from streams.kafka.errors import KafkaAdapterError
 
 __all__ = [
     "DEFAULT_KAFKA_VERSION",
@@ -588,7 +589,7 @@ def wait_until_ready(
     :class:`BrokerStartFailed`. Returns ``{"brokers": {...}, "seconds": elapsed}``.
     Raises :class:`BrokerStartTimeout` (without killing anything) after ``timeout`` seconds.
     """
-    from confluent_kafka.admin import AdminClient  # lazy: keeps `traintrace --help` fast
+    from streams.kafka.settings import KafkaSettings  # lazy: keeps `traintrace --help` fast
 
     host, _, port_s = bootstrap.split(",")[0].rpartition(":")
     started = time.monotonic()
@@ -615,9 +616,8 @@ def wait_until_ready(
             time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
             continue
         if admin is None:
-            admin = AdminClient(
-                {"bootstrap.servers": bootstrap, "logger": quiet, "log_level": 0, "socket.timeout.ms": 5000}
-            )
+            # the local broker is ours: PLAINTEXT on loopback, whatever the environment says
+            admin = KafkaSettings(bootstrap).admin(logger=quiet, log_level=0, **{"socket.timeout.ms": 5000})
         try:
             md = admin.list_topics(timeout=max(0.5, min(3.0, deadline - time.monotonic())))
         except Exception as exc:  # KafkaException: transport / timeout

@@ -30,8 +30,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from streams.kafka.clients import client_logger
-from streams.kafka.clients import KafkaAdapterError
+from streams.kafka.settings import KafkaSettings, client_logger
+from streams.kafka.errors import KafkaAdapterError
 
 #: How long to wait for the broker's metadata before saying it cannot be reached.
 CONNECT_TIMEOUT = 10.0
@@ -92,30 +92,24 @@ def _message(msg: Any) -> Message:
 class _Consumer:
     """A confluent-kafka Consumer that remembers the client-level errors it was told of."""
 
-    def __init__(self, bootstrap: str, **overrides: Any) -> None:
+    def __init__(self, kafka: KafkaSettings, **overrides: Any) -> None:
         self.down: str | None = None
-        conf: dict[str, Any] = {
-            "bootstrap.servers": bootstrap,
-            # librdkafka wants a group id even for assign(); it is never joined nor committed to.
-            "group.id": f"traintrace-reader-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
+        # the group id is never joined nor committed to (assign() only)
+        self.consumer = kafka.consumer(f"traintrace-reader-{uuid.uuid4().hex}", **{
             "enable.auto.offset.store": False,
-            "isolation.level": "read_committed",
             "allow.auto.create.topics": False,
             "enable.partition.eof": True,
-            "logger": client_logger,
             "error_cb": self._on_error,
-        }
-        conf.update(overrides)
-        self.consumer = Consumer(conf)
+            **overrides,
+        })
 
     def _on_error(self, err: KafkaError) -> None:
         if err.code() == KafkaError._ALL_BROKERS_DOWN:
             self.down = err.str()
 
 
-def _consumer(bootstrap: str, **overrides: Any) -> _Consumer:
-    return _Consumer(bootstrap, **overrides)
+def _consumer(kafka: KafkaSettings, **overrides: Any) -> _Consumer:
+    return _Consumer(kafka, **overrides)
 
 
 def _partitions(c: _Consumer, bootstrap: str, topic: str, timeout: float) -> list[int]:
@@ -141,13 +135,15 @@ def _partitions(c: _Consumer, bootstrap: str, topic: str, timeout: float) -> lis
     return sorted(meta.partitions)
 
 
-def topic_partitions(bootstrap: str, topic: str, timeout: float = CONNECT_TIMEOUT) -> list[int]:
+def topic_partitions(kafka: KafkaSettings | str, topic: str, timeout: float = CONNECT_TIMEOUT) -> list[int]:
     """The partition ids of ``topic``; raises :class:`TopicNotFound` or :class:`BrokerUnreachable`.
 
     Never creates the topic (a producer's metadata request could, on a broker with
     ``auto.create.topics.enable``).
     """
-    c = _consumer(bootstrap)
+    kafka = KafkaSettings.of(kafka)
+    bootstrap = kafka.bootstrap
+    c = _consumer(kafka)
     try:
         return _partitions(c, bootstrap, topic, timeout)
     finally:
@@ -182,7 +178,7 @@ def _watermarks(consumer: Consumer, bootstrap: str, topic: str, partition: int,
             time.sleep(0.2)
 
 
-def read_to_end(bootstrap: str, topic: str, timeout: float = 30.0,
+def read_to_end(kafka: KafkaSettings | str, topic: str, timeout: float = 30.0,
                 connect_timeout: float = CONNECT_TIMEOUT) -> Iterator[Message]:
     """Every record of ``topic`` from the beginning to the end offsets taken at the start.
 
@@ -190,29 +186,32 @@ def read_to_end(bootstrap: str, topic: str, timeout: float = 30.0,
     progress while reading), not the whole read, so a large topic is read whole. Raises
     :class:`TopicNotFound`, :class:`BrokerUnreachable` or :class:`ReaderError`.
     """
-    for batch in _batches_to_end(bootstrap, [topic], timeout, connect_timeout, 5000, missing_ok=False):
+    kafka = KafkaSettings.of(kafka)
+    for batch in _batches_to_end(kafka, [topic], timeout, connect_timeout, 5000, missing_ok=False):
         for msg in batch:
             yield _message(msg)
 
 
-def read_topics_to_end(bootstrap: str, topics: list[str], timeout: float = 30.0,
+def read_topics_to_end(kafka: KafkaSettings | str, topics: list[str], timeout: float = 30.0,
                        connect_timeout: float = CONNECT_TIMEOUT, batch: int = 5000) -> dict[str, list[Any]]:
     """Every record of each of ``topics`` (that exists) from the beginning to its end offsets
     taken at the start, read by one consumer at once: topic -> confluent-kafka messages (per
     partition in offset order). A missing topic is left out."""
+    kafka = KafkaSettings.of(kafka)
     out: dict[str, list[Any]] = {}
-    for msgs in _batches_to_end(bootstrap, topics, timeout, connect_timeout, batch, missing_ok=True, found=out):
+    for msgs in _batches_to_end(kafka, topics, timeout, connect_timeout, batch, missing_ok=True, found=out):
         for msg in msgs:
             out[msg.topic()].append(msg)
     return out
 
 
-def _batches_to_end(bootstrap: str, topics: list[str], timeout: float, connect_timeout: float, batch: int,
+def _batches_to_end(kafka: KafkaSettings, topics: list[str], timeout: float, connect_timeout: float, batch: int,
                     missing_ok: bool, found: dict[str, list[Any]] | None = None) -> Iterator[list[Any]]:
     """One consumer over every partition of ``topics``, from the beginning to the end offsets
     taken at the start; yields the records in lists. A missing topic raises
     :class:`TopicNotFound` unless ``missing_ok`` (then ``found`` gets the topics that exist)."""
-    c = _consumer(bootstrap)
+    bootstrap = kafka.bootstrap
+    c = _consumer(kafka)
     consumer = c.consumer
     try:
         ends: dict[tuple[str, int], int] = {}
@@ -274,7 +273,7 @@ def _batches_to_end(bootstrap: str, topics: list[str], timeout: float, connect_t
         consumer.close()
 
 
-def follow(bootstrap: str, topic: str, from_beginning: bool = False, *,
+def follow(kafka: KafkaSettings | str, topic: str, from_beginning: bool = False, *,
            idle_timeout: float | None = None, max_messages: int | None = None,
            connect_timeout: float = CONNECT_TIMEOUT, poll_interval: float = 0.5) -> Iterator[Message]:
     """Yield the records of ``topic`` as they arrive, until interrupted.
@@ -284,9 +283,11 @@ def follow(bootstrap: str, topic: str, from_beginning: bool = False, *,
     with no record, when given (for scripts and tests). Ctrl-C raises ``KeyboardInterrupt``
     within ``poll_interval`` seconds; the consumer is closed either way.
     """
+    kafka = KafkaSettings.of(kafka)
+    bootstrap = kafka.bootstrap
     if max_messages is not None and max_messages <= 0:
         return
-    c = _consumer(bootstrap)
+    c = _consumer(kafka)
     consumer = c.consumer
     try:
         parts = _partitions(c, bootstrap, topic, connect_timeout)

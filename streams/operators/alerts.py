@@ -6,7 +6,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from streams.codec import Codec, DecodeError, SchemaRegistryUnavailable
 from streams.kafka import reader
-from streams.kafka.clients import TopicNames
+from streams.kafka.topics import TopicNames
 from streams.operators.errors import OperatorError
 
 

@@ -8,7 +8,7 @@ from typing import Any, Iterable, Iterator
 from streams.codec import Codec, DecodeError, SchemaRegistryUnavailable
 from streams.control.fold import ControlState, fold_control
 from streams.kafka import reader
-from streams.kafka.clients import TopicNames
+from streams.kafka.topics import TopicNames
 from streams.operators.errors import OperatorError
 
 

@@ -21,7 +21,8 @@ from streams.codec import Codec, EncodeError
 from streams.core.events import event_to_dict
 from streams.files.jsonl import JsonlError, LineError, open_text, read_events
 from streams.kafka import reader
-from streams.kafka.clients import TopicNames, producer_config
+from streams.kafka.settings import producer_config
+from streams.kafka.topics import TopicNames
 from streams.operators.errors import OperatorError
 
 

@@ -13,7 +13,7 @@ from confluent_kafka import KafkaException
 from streams.codec import Codec
 from streams.core.ids import hash_parts
 from streams.kafka import reader
-from streams.kafka.clients import TopicNames
+from streams.kafka.topics import TopicNames
 from streams.operators.errors import OperatorError
 from streams.operators.publish import _producer
 

@@ -18,7 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from streams.kafka.clients import TopicNames
+from streams.kafka.topics import TopicNames
 from streams.kafka.reader import read_to_end
 from streams.codec import Codec, DecodeError
 from streams.core.errors import InvalidEvent

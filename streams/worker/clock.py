@@ -25,7 +25,7 @@ import time
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from streams.kafka.clients import consumer_config
+from streams.kafka.settings import consumer_config
 
 log = logging.getLogger("traintrace.worker")
 

@@ -39,7 +39,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from streams.kafka.clients import client_logger
+from streams.kafka.settings import client_logger
 from streams.worker.errors import WorkerError
 
 log = logging.getLogger("traintrace.worker")

@@ -35,7 +35,7 @@ import faust
 from faust.types import TP
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from streams.kafka.clients import consumer_config, producer_config
+from streams.kafka.settings import consumer_config, producer_config
 from streams.worker import metrics
 from streams.worker.clock import InputClock
 from streams.worker.jobmap import HEADERS as JOBMAP_HEADERS

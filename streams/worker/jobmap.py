@@ -22,7 +22,7 @@ from typing import Iterator, MutableMapping
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from streams.kafka.clients import consumer_config
+from streams.kafka.settings import consumer_config
 
 HEADERS = [("traintrace.type", b"JobCohort"), ("content-type", b"text/plain; charset=utf-8")]
 

@@ -23,7 +23,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from streams.kafka.clients import TopicNames, client_logger, producer_config
+from streams.kafka.settings import client_logger, producer_config
+from streams.kafka.topics import TopicNames
 
 
 def free_port() -> int:

@@ -8,7 +8,7 @@ import time
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from streams.codec import Codec, DecodeError
-from streams.kafka.clients import consumer_config
+from streams.kafka.settings import consumer_config
 from streams.worker.settings import WorkerSettings
 
 

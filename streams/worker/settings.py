@@ -8,7 +8,8 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streams.kafka.clients import BOOTSTRAP_ENV, TopicNames
+from streams.kafka.settings import BOOTSTRAP_ENV
+from streams.kafka.topics import TopicNames
 from streams.core.state import Config
 
 #: the ``client.id`` of the confluent-kafka clients a process makes through

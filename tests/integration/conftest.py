@@ -138,7 +138,7 @@ def group_id(group_factory: Callable[..., str]) -> str:
 def pipeline(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., Any]]:
     """``make(workers=2, partitions=4, extra_args=()) -> (topics, app_id, workers)``: fresh
     topics under a new prefix, a new app id and N running worker processes (killed at the end)."""
-    from streams.kafka.clients import TopicNames, ensure_topics, standard_topics
+    from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
     from streams.worker.process import WorkerProcess
 
     started: list[WorkerProcess] = []

@@ -23,7 +23,7 @@ import pytest
 from click.testing import CliRunner
 
 from streams.files.archive import LogRecord, read_archive, write_archive
-from streams.kafka.clients import TopicNames, ensure_topics, standard_topics
+from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
 from streams.cli.main import cli
 from streams.codec import Codec
 from streams.audit.audit import audit, recomputed_digest

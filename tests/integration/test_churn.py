@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from streams.kafka.clients import TopicNames, ensure_topics, producer_config, standard_topics
+from streams.kafka.settings import producer_config
+from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
 from streams.codec import Codec
 from streams.audit.analyze import analyze_file
 from streams.testing.cohort import generate_cohorts

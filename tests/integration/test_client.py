@@ -27,7 +27,8 @@ import pytest
 from confluent_kafka import Producer
 
 from streams.kafka.broker import LocalBroker, pick_free_port
-from streams.kafka.clients import TopicNames, ensure_topics, producer_config, standard_topics
+from streams.kafka.settings import producer_config
+from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
 from streams.kafka.reader import read_to_end
 from streams.client import ControlCommand, GateRefused, JobClient, hash_path
 from streams.codec import Codec
@@ -311,7 +312,7 @@ def test_the_gate_refuses_a_tainted_checkpoint_and_a_wrong_content_load(pipeline
 
 SCRIPT = textwrap.dedent("""
     import os, sys, time
-    from streams.kafka.clients import TopicNames
+    from streams.kafka.topics import TopicNames
     from streams.client import JobClient
     job, jdir, bootstrap, prefix, first, last, finish = sys.argv[1:]
     c = JobClient(job, "ck", "base-model", journal_dir=jdir, bootstrap=bootstrap,

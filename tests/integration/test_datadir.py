@@ -21,7 +21,7 @@ import pytest
 from confluent_kafka import KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from streams.kafka.clients import TopicNames, ensure_topics, standard_topics
+from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
 from streams.worker.datadir import MARKER_NAME, prepare_data_dir
 from streams.worker.settings import WorkerSettings
 from streams.operators.publish import publish_file

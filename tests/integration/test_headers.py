@@ -12,7 +12,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from streams.kafka.clients import producer_config
+from streams.kafka.settings import producer_config
 from streams.client import JobClient
 from streams.codec import Codec, DecodeError
 from streams.codec.headers import (

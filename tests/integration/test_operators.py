@@ -22,7 +22,8 @@ from confluent_kafka.admin import AdminClient
 
 from streams.kafka.broker import pick_free_port
 from streams.files.jsonl import LineError, read_events
-from streams.kafka.clients import TopicNames, ensure_topics, producer_config, standard_topics
+from streams.kafka.settings import producer_config
+from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
 from streams.kafka.reader import TopicNotFound, read_to_end, topic_partitions
 from streams.cli.main import cli
 from streams.codec import Codec

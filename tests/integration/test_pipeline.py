@@ -15,7 +15,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from streams.kafka.clients import producer_config
+from streams.kafka.settings import producer_config
 from streams.kafka.reader import read_to_end
 from streams.codec import Codec
 from streams.audit.analyze import analyze_file

@@ -15,7 +15,7 @@ import uuid
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
-from streams.kafka.clients import (
+from streams.kafka.topics import (
     AUDIT_TOPICS,
     FiniteRetentionError,
     TopicNames,

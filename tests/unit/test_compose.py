@@ -2,7 +2,7 @@
 
 The compose file must be valid YAML without duplicated keys, hold only real services, create
 exactly the topics (names, partitions, configs) the code creates
-(:func:`streams.kafka.clients.standard_topics`), and run a worker whose environment names real
+(:func:`streams.kafka.topics.standard_topics`), and run a worker whose environment names real
 options of ``traintrace worker``, binds its HTTP views to every interface on a published port,
 is health-checked on ``/health``, restarted when it exits, and keeps its data dir on a volume.
 """
@@ -19,7 +19,7 @@ import pytest
 yaml = pytest.importorskip("yaml")
 
 from streams.kafka import broker  # noqa: E402
-from streams.kafka.clients import AUDIT_TOPICS, TopicNames, standard_topics  # noqa: E402
+from streams.kafka.topics import AUDIT_TOPICS, TopicNames, standard_topics  # noqa: E402
 from streams.cli.worker import worker as worker_command  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

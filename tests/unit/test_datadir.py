@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from streams.errors import TraintraceError
-from streams.kafka.clients import TopicNames
+from streams.kafka.topics import TopicNames
 from streams.worker import datadir
 from streams.worker.datadir import (
     MARKER_NAME,

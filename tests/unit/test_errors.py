@@ -39,7 +39,7 @@ def test_families_stay_what_callers_catch():
     from streams.codec import DecodeError
     from streams.files.jsonl import JsonlError
     from streams.kafka.broker import BrokerError
-    from streams.kafka.clients import KafkaAdapterError
+    from streams.kafka.errors import KafkaAdapterError
     from streams.kafka.reader import ReaderError
 
     assert issubclass(DecodeError, ValueError)  # callers catch ValueError for bad bytes too

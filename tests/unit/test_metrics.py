@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from streams.kafka.clients import consumer_config, producer_config
+from streams.kafka.settings import consumer_config, producer_config
 from streams.worker import metrics
 from streams.worker.settings import CLIENT_ID_ENV, WorkerSettings, kafka_client_id
 from streams.codec.errors import DECODE_REASONS

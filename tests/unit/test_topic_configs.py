@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from streams.kafka.clients import (
+from streams.kafka.errors import KafkaAdapterError
+from streams.kafka.topics import (
     AUDIT_TOPICS,
     FiniteRetentionError,
-    KafkaAdapterError,
     RetentionFinding,
     TopicNames,
     retention_from_env,

@@ -1,33 +1,20 @@
-"""confluent-kafka helpers: client configuration, topics, bootstrap discovery.
-
-Producers use ``partitioner=murmur2_random`` so a key lands on the same partition as with
-Faust/aiokafka (Java's default partitioner), plus idempotence and ``acks=all``.
-"""
+"""The topics: their names (:class:`TopicNames`), creating them with the configs the audit needs
+(:func:`standard_topics`, :func:`ensure_topics`), checking that nothing the audit reads expires
+(:func:`check_audit_retention`), and seeding a group's offsets. Clients come from
+:class:`streams.kafka.settings.KafkaSettings`."""
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
-from streams.errors import TraintraceError
+from confluent_kafka.admin import NewTopic
 
-BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
-
-# librdkafka's own log lines (e.g. the harmless "Coordinator load in progress: retrying" of a
-# fresh broker) go to this logger instead of stderr; TRAINTRACE_KAFKA_DEBUG=1 shows them.
-client_logger = logging.getLogger("traintrace.kafka")
-if not os.environ.get("TRAINTRACE_KAFKA_DEBUG"):
-    client_logger.propagate = False
-    client_logger.addHandler(logging.NullHandler())
-
-
-class KafkaAdapterError(TraintraceError):
-    """A Kafka operation of traintrace failed; the message says which and why."""
+from streams.kafka.errors import KafkaAdapterError
+from streams.kafka.settings import KafkaSettings
 
 
 _TOPIC_FIELDS = ("events", "control", "alerts", "manifests", "commitments", "dlq", "by_cohort", "checkpoints",
@@ -69,53 +56,19 @@ class TopicNames:
         return {name: getattr(self, name) for name in _TOPIC_FIELDS}
 
 
-def producer_config(bootstrap: str, client_id: str | None = None, **overrides: Any) -> dict[str, Any]:
-    """A confluent-kafka producer's config. ``client.id``: ``client_id``, else
-    ``TRAINTRACE_CLIENT_ID`` (a worker sets it to its own, ``WorkerSettings.use_client_id``),
-    else librdkafka's default."""
-    conf = {
-        "bootstrap.servers": bootstrap,
-        "partitioner": "murmur2_random",
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": 5,
-        "compression.type": "lz4",
-        "logger": client_logger,
-    }
-    client_id = client_id or os.environ.get("TRAINTRACE_CLIENT_ID")
-    if client_id:
-        conf["client.id"] = client_id
-    conf.update(overrides)
-    return conf
-
-
-def consumer_config(bootstrap: str, group_id: str, client_id: str | None = None,
-                    **overrides: Any) -> dict[str, Any]:
-    """A confluent-kafka consumer's config; ``client.id`` as in :func:`producer_config`."""
-    conf = {
-        "bootstrap.servers": bootstrap,
-        "group.id": group_id,
-        "auto.offset.reset": "earliest",
-        "enable.auto.commit": False,
-        "isolation.level": "read_committed",
-        "logger": client_logger,
-    }
-    client_id = client_id or os.environ.get("TRAINTRACE_CLIENT_ID")
-    if client_id:
-        conf["client.id"] = client_id
-    conf.update(overrides)
-    return conf
-
-
-def ensure_topics(bootstrap: str, topics: Iterable[tuple[str, int, dict[str, str] | None]],
+def ensure_topics(kafka: KafkaSettings | str, topics: Iterable[tuple[str, int, dict[str, str] | None]],
                   timeout: float = 30.0) -> None:
-    """Create the topics that do not exist yet: (name, partitions, config)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    """Create the topics that do not exist yet: (name, partitions, config), replicated
+    ``kafka.replication_factor`` times (None: the broker's ``default.replication.factor``)."""
+    kafka = KafkaSettings.of(kafka)
+    bootstrap = kafka.bootstrap
+    admin = kafka.admin()
     try:
         existing = set(admin.list_topics(timeout=timeout).topics)
     except KafkaException as exc:
         raise KafkaAdapterError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
-    new = [NewTopic(name, num_partitions=parts, replication_factor=1, config=config or {})
+    new = [NewTopic(name, num_partitions=parts, replication_factor=kafka.replication_factor or -1,
+                    config=config or {})
            for name, parts, config in topics if name not in existing]
     if not new:
         return
@@ -228,7 +181,7 @@ def _days(ms: int) -> str:
     return f"{days:.3g} day{'s' if days != 1 else ''}" if days >= 1 else f"{ms / 3_600_000:.3g} h"
 
 
-def retention_findings(bootstrap: str, names: TopicNames, retention_ms: int = KEEP_FOREVER,
+def retention_findings(kafka: KafkaSettings | str, names: TopicNames, retention_ms: int = KEEP_FOREVER,
                        timeout: float = 30.0) -> list[RetentionFinding]:
     """Every setting of the existing :data:`AUDIT_TOPICS` under which records would be lost
     (``AdminClient.describe_configs``, effective values, broker defaults included): compaction,
@@ -236,7 +189,9 @@ def retention_findings(bootstrap: str, names: TopicNames, retention_ms: int = KE
     finite ``retention_ms``, shorter than that. Topics that do not exist are skipped."""
     from confluent_kafka.admin import ConfigResource, ResourceType
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": client_logger})
+    kafka = KafkaSettings.of(kafka)
+    bootstrap = kafka.bootstrap
+    admin = kafka.admin()
     wanted = [getattr(names, field) for field in AUDIT_TOPICS]
     try:
         existing = set(admin.list_topics(timeout=timeout).topics)
@@ -285,26 +240,27 @@ def topic_config_findings(topic: str, config: dict[str, str | None],
     return out
 
 
-def check_audit_retention(bootstrap: str, names: TopicNames, retention_ms: int = KEEP_FOREVER,
+def check_audit_retention(kafka: KafkaSettings | str, names: TopicNames, retention_ms: int = KEEP_FOREVER,
                           timeout: float = 30.0) -> None:
     """Raise :class:`FiniteRetentionError` (one line: topic, setting, value, the fix) when a topic
     the audit or recovery reads would lose records (:func:`retention_findings`)."""
-    findings = retention_findings(bootstrap, names, retention_ms, timeout)
+    kafka = KafkaSettings.of(kafka)
+    findings = retention_findings(kafka, names, retention_ms, timeout)
     if findings:
-        raise FiniteRetentionError(findings, bootstrap)
+        raise FiniteRetentionError(findings, kafka.bootstrap)
 
 
-def seed_group_offsets(bootstrap: str, group_id: str, topics: Iterable[str], timeout: float = 10.0) -> int:
+def seed_group_offsets(kafka: KafkaSettings | str, group_id: str, topics: Iterable[str], timeout: float = 10.0) -> int:
     """Give every partition of ``topics`` a committed offset for ``group_id`` (its low
     watermark) where it has none yet. Best effort, and only possible while the group has no
     member: a partition with no committed offset is left to the consumer's reset policy, which
     Faust applies late after a rebalance (records produced meanwhile could be skipped).
     Returns how many offsets were seeded."""
-    from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
     topics = list(topics)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group_id, "enable.auto.commit": False,
-                         "logger": client_logger})
+    kafka = KafkaSettings.of(kafka)
+    consumer = kafka.consumer(group_id)
     seeds: list[TopicPartition] = []
     deadline = time.monotonic() + timeout
     try:
@@ -331,7 +287,7 @@ def seed_group_offsets(bootstrap: str, group_id: str, topics: Iterable[str], tim
         consumer.close()
     if not seeds:
         return 0
-    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": client_logger})
+    admin = kafka.admin()
     try:
         futures = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group_id, seeds)],
                                                      request_timeout=timeout)

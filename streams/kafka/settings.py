@@ -1,0 +1,178 @@
+"""One settings object for every Kafka client traintrace makes.
+
+:class:`KafkaSettings` holds what every client needs: the bootstrap servers, the client id,
+the librdkafka properties every client gets (``security.protocol``, ``sasl.*``, ``ssl.*``: a
+secured cluster is configured here, once) and the replication factor of the topics traintrace
+creates. Every confluent-kafka ``Producer``, ``Consumer`` and ``AdminClient`` is built by its
+methods, and the Faust app's broker options come from :meth:`KafkaSettings.faust_options`, so a
+setting made here reaches every client of the process.
+
+From the environment (:meth:`KafkaSettings.from_env`):
+
+==============================  ===============================================================
+``KAFKA_BOOTSTRAP_SERVERS``     the bootstrap servers
+``TRAINTRACE_CLIENT_ID``        ``client.id`` of every client (default: librdkafka's)
+``TRAINTRACE_KAFKA_CONFIG``     a file of librdkafka properties (``key=value`` lines, ``#``
+                                comments) every client gets, e.g. ``security.protocol=SASL_SSL``
+``TRAINTRACE_REPLICATION_FACTOR`` of the topics traintrace creates (default: the broker's
+                                ``default.replication.factor``)
+==============================  ===============================================================
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
+
+from streams.kafka.errors import KafkaAdapterError
+
+BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+CLIENT_ID_ENV = "TRAINTRACE_CLIENT_ID"
+CONFIG_ENV = "TRAINTRACE_KAFKA_CONFIG"
+REPLICATION_ENV = "TRAINTRACE_REPLICATION_FACTOR"
+
+# librdkafka's own log lines (e.g. the harmless "Coordinator load in progress: retrying" of a
+# fresh broker) go to this logger instead of stderr; TRAINTRACE_KAFKA_DEBUG=1 shows them.
+client_logger = logging.getLogger("traintrace.kafka")
+if not os.environ.get("TRAINTRACE_KAFKA_DEBUG"):
+    client_logger.propagate = False
+    client_logger.addHandler(logging.NullHandler())
+
+#: what every producer is: keys land where Faust/aiokafka (Java's default partitioner) put them,
+#: idempotent, acknowledged by every in-sync replica
+PRODUCER_DEFAULTS: dict[str, Any] = {
+    "partitioner": "murmur2_random",
+    "enable.idempotence": True,
+    "acks": "all",
+    "linger.ms": 5,
+    "compression.type": "lz4",
+}
+#: what every consumer is: no auto commit (traintrace commits what it has processed, or nothing),
+#: only committed transactions
+CONSUMER_DEFAULTS: dict[str, Any] = {
+    "auto.offset.reset": "earliest",
+    "enable.auto.commit": False,
+    "isolation.level": "read_committed",
+}
+
+
+def read_properties(path: str | os.PathLike[str]) -> tuple[tuple[str, str], ...]:
+    """``key=value`` lines of a librdkafka properties file (blank lines and ``#`` comments skipped).
+    Raises :class:`KafkaAdapterError` naming the file and line of a bad line."""
+    out = []
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise KafkaAdapterError(f"cannot read the Kafka client properties {path}: {exc.strerror}") from exc
+    for n, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            raise KafkaAdapterError(f"{path}:{n}: not a property (want key=value): {line!r}")
+        out.append((key.strip(), value.strip()))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """What every Kafka client of this process is built from (see the module doc)."""
+
+    bootstrap: str
+    #: ``client.id`` of every client; None: librdkafka's default
+    client_id: str | None = None
+    #: librdkafka properties every client gets (security, timeouts of a remote cluster, ...)
+    properties: tuple[tuple[str, str], ...] = ()
+    #: replication factor of the topics traintrace creates; None: the broker's default
+    replication_factor: int | None = None
+
+    @classmethod
+    def from_env(cls, bootstrap: str | None = None, client_id: str | None = None,
+                 env: Mapping[str, str] | None = None) -> "KafkaSettings":
+        """The settings of the environment (module doc); ``bootstrap``/``client_id`` given win.
+        Raises :class:`KafkaAdapterError` for a bad value, naming its variable."""
+        env = os.environ if env is None else env
+        bootstrap = bootstrap or env.get(BOOTSTRAP_ENV, "").strip()
+        if not bootstrap:
+            raise KafkaAdapterError(f"no Kafka bootstrap servers: set {BOOTSTRAP_ENV} or pass them")
+        props: tuple[tuple[str, str], ...] = ()
+        if env.get(CONFIG_ENV, "").strip():
+            props = read_properties(env[CONFIG_ENV].strip())
+        rf_raw = env.get(REPLICATION_ENV, "").strip()
+        rf = None
+        if rf_raw:
+            if not rf_raw.isdigit() or int(rf_raw) < 1:
+                raise KafkaAdapterError(f"{REPLICATION_ENV}={rf_raw!r}: want a whole number >= 1")
+            rf = int(rf_raw)
+        return cls(bootstrap, client_id or env.get(CLIENT_ID_ENV, "").strip() or None, props, rf)
+
+    @classmethod
+    def of(cls, value: "KafkaSettings | str") -> "KafkaSettings":
+        """``value`` itself, or for bootstrap servers given as text the settings of the
+        environment with those servers (scripts and tests pass a string)."""
+        if isinstance(value, KafkaSettings):
+            return value
+        return cls.from_env(bootstrap=value)
+
+    def with_client_id(self, client_id: str | None) -> "KafkaSettings":
+        return replace(self, client_id=client_id)
+
+    # ------------------------------------------------------------------ configs
+
+    def common(self) -> dict[str, Any]:
+        """What every client gets: servers, client id, the logger, the extra properties."""
+        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "logger": client_logger}
+        if self.client_id:
+            conf["client.id"] = self.client_id
+        conf.update(self.properties)
+        return conf
+
+    def producer_config(self, **overrides: Any) -> dict[str, Any]:
+        return {**self.common(), **PRODUCER_DEFAULTS, **overrides}
+
+    def consumer_config(self, group_id: str, **overrides: Any) -> dict[str, Any]:
+        """A consumer's config. ``group_id``: librdkafka wants one even for ``assign()``; a
+        group is only joined by ``subscribe()`` and only committed to explicitly."""
+        return {**self.common(), "group.id": group_id, **CONSUMER_DEFAULTS, **overrides}
+
+    def admin_config(self, **overrides: Any) -> dict[str, Any]:
+        return {**self.common(), **overrides}
+
+    # ------------------------------------------------------------------ clients
+
+    def producer(self, **overrides: Any) -> Producer:
+        return Producer(self.producer_config(**overrides))
+
+    def consumer(self, group_id: str, **overrides: Any) -> Consumer:
+        return Consumer(self.consumer_config(group_id, **overrides))
+
+    def admin(self, **overrides: Any) -> AdminClient:
+        return AdminClient(self.admin_config(**overrides))
+
+    def faust_options(self) -> dict[str, Any]:
+        """The Faust (aiokafka) app options of the same cluster: ``broker`` and
+        ``broker_client_id``. A secured cluster's credentials are mapped here too (next issue)."""
+        opts: dict[str, Any] = {"broker": [f"kafka://{b.strip()}" for b in self.bootstrap.split(",") if b.strip()]}
+        if self.client_id:
+            opts["broker_client_id"] = self.client_id
+        return opts
+
+
+def producer_config(bootstrap: "KafkaSettings | str", client_id: str | None = None, **overrides: Any) -> dict[str, Any]:
+    """Deprecated: ``KafkaSettings.producer_config``."""
+    k = KafkaSettings.of(bootstrap)
+    return (k.with_client_id(client_id) if client_id else k).producer_config(**overrides)
+
+
+def consumer_config(bootstrap: "KafkaSettings | str", group_id: str, client_id: str | None = None,
+                    **overrides: Any) -> dict[str, Any]:
+    """Deprecated: ``KafkaSettings.consumer_config``."""
+    k = KafkaSettings.of(bootstrap)
+    return (k.with_client_id(client_id) if client_id else k).consumer_config(group_id, **overrides)
