@@ -148,13 +148,32 @@ class Lineage:
     # -------------------------------------------------------------- deciding
 
     def decide(self) -> list[Decision]:
-        st = self.state
-        dirty = st.take_dirty()
+        """What changed since the last call, as decisions, in this order: checkpoints tainted,
+        plans, incidents, halts, unrecorded sharing. Only what the dirty sets name is
+        recomputed, so the cost follows the change, not the history."""
+        dirty = self.state.take_dirty()
         out: list[Decision] = [CheckpointTainted(ck.id, ck.job_id, ck.incarnation) for ck in dirty.tainted]
+        old_verdicts = self.verdicts
+        changed_divs = self._update_verdicts(dirty.divs)
+        dirty_incidents = self._update_plans(dirty.jobs, changed_divs, out)
+        for s in dirty.sources | changed_divs:
+            for vs in (self.verdicts.get(s), old_verdicts.get(s)):
+                if vs is not None:
+                    dirty_incidents.update(vs.incident_ids)
+                    if vs.verdict != EXTERNAL:
+                        dirty_incidents.add(vs.own_incident_id)
+        if dirty_incidents:
+            self._update_incidents(dirty_incidents, out)
+        self._halts(dirty.halts, out)
+        self._unrecorded_sharing(dirty.aliases, out)
+        return out
 
-        # verdicts: recompute attribution of the divergences whose evidence changed
+    def _update_verdicts(self, divs) -> set[SourceKey]:
+        """Recompute the attribution of the divergences whose evidence changed; return the
+        divergences whose verdict changed (the incident membership index follows)."""
+        st = self.state
         raw_changed: set[SourceKey] = set()
-        for k in dirty.divs:
+        for k in divs:
             inc = st.diverged.get(k)
             if inc is None or inc.onset is None:
                 continue
@@ -169,25 +188,30 @@ class Lineage:
                 self._raw[k] = rv
                 raw_changed.add(k)
         changed_divs: set[SourceKey] = set()
+        if not raw_changed:
+            return changed_divs
         old_verdicts = self.verdicts
-        if raw_changed:
-            new_verdicts = resolve_raw(self._raw, old_verdicts, raw_changed, self._dependents)
-            for k in new_verdicts.keys() | old_verdicts.keys():
-                old_v, new_v = old_verdicts.get(k), new_verdicts.get(k)
-                if new_v == old_v:
-                    continue
-                changed_divs.add(k)
-                if old_v is not None:
-                    for x in old_v.incident_ids:
-                        self._members.get(x, set()).discard(k)
-                if new_v is not None:
-                    for x in new_v.incident_ids:
-                        self._members.setdefault(x, set()).add(k)
-            self.verdicts = new_verdicts
-        verdicts = self.verdicts
+        new_verdicts = resolve_raw(self._raw, old_verdicts, raw_changed, self._dependents)
+        for k in new_verdicts.keys() | old_verdicts.keys():
+            old_v, new_v = old_verdicts.get(k), new_verdicts.get(k)
+            if new_v == old_v:
+                continue
+            changed_divs.add(k)
+            if old_v is not None:
+                for x in old_v.incident_ids:
+                    self._members.get(x, set()).discard(k)
+            if new_v is not None:
+                for x in new_v.incident_ids:
+                    self._members.setdefault(x, set()).add(k)
+        self.verdicts = new_verdicts
+        return changed_divs
 
-        # plans of the jobs touched
-        jobs = set(dirty.jobs)
+    def _update_plans(self, dirty_jobs, changed_divs: set[SourceKey], out: list[Decision]) -> set[str]:
+        """Re-plan the jobs touched (their own, or holders of a divergence whose verdict
+        changed); append a PlanChanged per plan that changed; return the incidents those plans
+        name (before and after)."""
+        st = self.state
+        jobs = set(dirty_jobs)
         for k in changed_divs:
             jobs.add(k[0])
             for holder in st.src_holders.get(k, ()):
@@ -195,7 +219,7 @@ class Lineage:
         dirty_incidents: set[str] = set()
         for job_id in sorted(jobs):
             job = st.jobs.get(job_id)
-            new = plan_for(st, job, verdicts) if job is not None else None
+            new = plan_for(st, job, self.verdicts) if job is not None else None
             old = self.plans.get(job_id)
             if new == old:
                 continue
@@ -211,48 +235,48 @@ class Lineage:
                 for x in new["incident_ids"]:
                     self._plans_by_incident.setdefault(x, set()).add(job_id)
             out.append(PlanChanged(job_id, new, old["command_id"] if old else None))
+        return dirty_incidents
 
-        # incidents touched
-        for s in dirty.sources | changed_divs:
-            for vs in (verdicts.get(s), old_verdicts.get(s)):
-                if vs is not None:
-                    dirty_incidents.update(vs.incident_ids)
-                    if vs.verdict != EXTERNAL:
-                        dirty_incidents.add(vs.own_incident_id)
-        if dirty_incidents:
-            views = incident_views(st, verdicts, self.plans, only=dirty_incidents,
-                                   members_index=self._members, plans_index=self._plans_by_incident)
-            for x in sorted(dirty_incidents):
-                old_view = self.incidents.get(x)
-                new_view = views.get(x)
-                if new_view == old_view:
-                    continue
-                if new_view is None:
-                    del self.incidents[x]
-                    out.append(self._closed(x, old_view))
-                    continue
-                self.incidents[x] = new_view
-                if old_view is None:
-                    change = "OPENED"
-                elif (len(new_view["contaminated"]) > len(old_view["contaminated"])
-                      or len(new_view["tainted_checkpoints"]) > len(old_view["tainted_checkpoints"])):
-                    change = "WIDENED"
-                else:
-                    change = "UPDATED"
-                out.append(IncidentChanged(x, change, new_view))
+    def _update_incidents(self, dirty_incidents: set[str], out: list[Decision]) -> None:
+        """Recompute the views of the incidents touched; append an IncidentChanged for each that
+        opened, widened, changed or closed."""
+        views = incident_views(self.state, self.verdicts, self.plans, only=dirty_incidents,
+                               members_index=self._members, plans_index=self._plans_by_incident)
+        for x in sorted(dirty_incidents):
+            old_view = self.incidents.get(x)
+            new_view = views.get(x)
+            if new_view == old_view:
+                continue
+            if new_view is None:
+                del self.incidents[x]
+                out.append(self._closed(x, old_view))
+                continue
+            self.incidents[x] = new_view
+            if old_view is None:
+                change = "OPENED"
+            elif (len(new_view["contaminated"]) > len(old_view["contaminated"])
+                  or len(new_view["tainted_checkpoints"]) > len(old_view["tainted_checkpoints"])):
+                change = "WIDENED"
+            else:
+                change = "UPDATED"
+            out.append(IncidentChanged(x, change, new_view))
 
-        # guard
-        for job_id, reason, detail in dirty.halts:
+    def _halts(self, halts, out: list[Decision]) -> None:
+        """The guard's halts (SPEC §8), each job once: a HaltIssued and its alert."""
+        for job_id, reason, detail in halts:
             if job_id in self._halted:
                 continue
             self._halted.add(job_id)
-            job = st.jobs[job_id]
+            job = self.state.jobs[job_id]
             out.append(HaltIssued(job_id, job.cohort_id, reason, detail, halt_command_id(job_id, reason)))
             out.append(AlertRaised("HALT", job_id, job.cohort_id, f"{job_id} halted: {reason}: {detail}",
                                    details={"reason": reason}))
 
-        # T3 aliases without a recorded consumption
-        for ck in dirty.aliases:
+    def _unrecorded_sharing(self, aliases, out: list[Decision]) -> None:
+        """T3: a checkpoint with the content of a tainted one its job never recorded consuming
+        raises one alert."""
+        st = self.state
+        for ck in aliases:
             if (ck.job_id, ck.id) in self._alerted:
                 continue
             inc = st.incarnation((ck.job_id, ck.incarnation))
@@ -273,7 +297,6 @@ class Lineage:
                 checkpoint_id=ck.id,
                 details={"aliased_checkpoint_id": aliased.id if aliased else ""},
             ))
-        return out
 
     def _closed(self, x: str, old_view: dict[str, Any]) -> IncidentChanged:
         root = old_view["root"]

@@ -301,78 +301,22 @@ def incident_views(state: LineageState, verdicts: dict[SourceKey, Verdict],
     naming it) up to date.
     """
     by_incident = members_index if members_index is not None else incident_members(verdicts)
-    if only is not None and members_index is not None:
-        roots = []
-        for x in only:
-            for k in by_incident.get(x, ()):
-                v = verdicts[k]
-                if v.verdict != EXTERNAL and v.own_incident_id == x:
-                    roots.append((k, v))
-    else:
-        roots = [(k, v) for k, v in verdicts.items() if v.verdict != EXTERNAL
-                 and (only is None or v.own_incident_id in only)]
     views: dict[str, dict[str, Any]] = {}
-    for k, v in roots:
+    for k, v in _incident_roots(verdicts, only, by_incident, members_index is not None):
         x = v.own_incident_id
         members = by_incident.get(x, ())
-        # contaminated incarnations: first consumption of a checkpoint tainted by x. The root
-        # incarnation itself is one when its tainted weights came back to it (SPEC §5: it
-        # consumed a checkpoint tainted by its own incident), like any other consumer; its own
-        # divergence (T1) is not a consumption, so it holds a source only by consuming.
-        first: dict[tuple[str, int], int] = {}
-        for s in members:
-            for holder in state.src_holders.get(s, ()):
-                inc = state.incarnation(holder)
-                cs = inc.src[s][0]
-                if holder not in first or cs < first[holder]:
-                    first[holder] = cs
-        contaminated = []
-        via_of: dict[tuple[str, int], str | None] = {}
-        member_set = set(members)
-        for holder, cs in first.items():
-            via_of[holder] = _via(state, state.incarnation(holder), cs, member_set)
-        paths: dict[tuple[str, int], list[str]] = {}
-
-        def path(h: tuple[str, int], depth: int = 0) -> list[str]:
-            if h in paths:
-                return paths[h]
-            via = via_of.get(h)
-            ck = state.checkpoints.get(via) if via else None
-            if ck is None or depth > 64:
-                p = [k[0], h[0]]
-            else:
-                writer = (ck.job_id, ck.incarnation)
-                if writer == k:  # written by the root (the root itself may be a holder too)
-                    parent = [k[0]]
-                elif writer in via_of:
-                    parent = path(writer, depth + 1)
-                else:
-                    parent = [k[0], ck.job_id]
-                p = parent + [h[0]] if parent[-1] != h[0] else parent
-            paths[h] = p
-            return p
-
-        for holder in sorted(first):
-            contaminated.append({
-                "job_id": holder[0],
-                "incarnation": holder[1],
-                "via_checkpoint_id": via_of[holder],
-                "path": path(holder),
-            })
-        secondaries = sorted(
-            ({"job_id": s[0], "incarnation": s[1], "onset_step": verdicts[s].onset_step}
-             for s in members if s != k and verdicts[s].verdict == EXTERNAL),
-            key=lambda d: (d["job_id"], d["incarnation"], d["onset_step"]),
-        )
-        tainted = sorted({ck.id for s in members for ck in state.src_ckpts.get(s, ())})
         view = {
             "incident_id": x,
             "root": {"job_id": k[0], "incarnation": k[1], "onset_step": v.onset_step},
             "verdict": v.verdict,
             "cohort_id": state.jobs[k[0]].cohort_id,
-            "contaminated": contaminated,
-            "secondary_divergences": secondaries,
-            "tainted_checkpoints": tainted,
+            "contaminated": _contaminated(state, k, members),
+            "secondary_divergences": sorted(
+                ({"job_id": s[0], "incarnation": s[1], "onset_step": verdicts[s].onset_step}
+                 for s in members if s != k and verdicts[s].verdict == EXTERNAL),
+                key=lambda d: (d["job_id"], d["incarnation"], d["onset_step"]),
+            ),
+            "tainted_checkpoints": sorted({ck.id for s in members for ck in state.src_ckpts.get(s, ())}),
         }
         if plans is not None:
             if plans_index is not None:
@@ -382,6 +326,58 @@ def incident_views(state: LineageState, verdicts: dict[SourceKey, Verdict],
             view["plans"] = sorted(chosen, key=lambda p: p["job_id"])
         views[x] = view
     return views
+
+
+def _incident_roots(verdicts: dict[SourceKey, Verdict], only: set[str] | None,
+                    by_incident: dict[str, set[SourceKey]], indexed: bool) -> list[tuple[SourceKey, Verdict]]:
+    """The root divergences (not EXTERNAL) of the incidents wanted: through the membership
+    index when the caller keeps one, else by a scan of every verdict."""
+    if only is not None and indexed:
+        return [(k, verdicts[k]) for x in only for k in by_incident.get(x, ())
+                if verdicts[k].verdict != EXTERNAL and verdicts[k].own_incident_id == x]
+    return [(k, v) for k, v in verdicts.items() if v.verdict != EXTERNAL
+            and (only is None or v.own_incident_id in only)]
+
+
+def _contaminated(state: LineageState, root: SourceKey, members) -> list[dict[str, Any]]:
+    """The incarnations contaminated by an incident: each one's first consumption of a checkpoint
+    tainted by it, the checkpoint it came through and the path of jobs from the root.
+
+    The root incarnation itself is one when its tainted weights came back to it (SPEC §5: it
+    consumed a checkpoint tainted by its own incident), like any other consumer; its own
+    divergence (T1) is not a consumption, so it holds a source only by consuming."""
+    first: dict[tuple[str, int], int] = {}
+    for s in members:
+        for holder in state.src_holders.get(s, ()):
+            cs = state.incarnation(holder).src[s][0]
+            if holder not in first or cs < first[holder]:
+                first[holder] = cs
+    member_set = set(members)
+    via_of: dict[tuple[str, int], str | None] = {
+        holder: _via(state, state.incarnation(holder), cs, member_set) for holder, cs in first.items()}
+    paths: dict[tuple[str, int], list[str]] = {}
+
+    def path(h: tuple[str, int], depth: int = 0) -> list[str]:
+        if h in paths:
+            return paths[h]
+        via = via_of.get(h)
+        ck = state.checkpoints.get(via) if via else None
+        if ck is None or depth > 64:
+            p = [root[0], h[0]]
+        else:
+            writer = (ck.job_id, ck.incarnation)
+            if writer == root:  # written by the root (the root itself may be a holder too)
+                parent = [root[0]]
+            elif writer in via_of:
+                parent = path(writer, depth + 1)
+            else:
+                parent = [root[0], ck.job_id]
+            p = parent + [h[0]] if parent[-1] != h[0] else parent
+        paths[h] = p
+        return p
+
+    return [{"job_id": holder[0], "incarnation": holder[1], "via_checkpoint_id": via_of[holder],
+             "path": path(holder)} for holder in sorted(first)]
 
 
 def unrecorded_sharing(state: LineageState) -> list[dict[str, Any]]:

@@ -749,18 +749,7 @@ class LocalBroker:
             libs = resolve_jars(self.version, self.cache_dir)
             port, controller_port = self._choose_ports(record)
             cluster_id = self._cluster_id(record)
-
-            props = server_properties(port, controller_port, self.kraft_dir, extra=self.extra_properties)
-            self.properties_file.write_text(
-                render_properties(props, header="written by traintrace on every `broker start`; edits are lost"),
-                encoding="utf-8",
-            )
-            log4j = self.data_dir / LOG4J_FILE
-            log4j.write_text(render_log4j2_properties(self.log_file), encoding="utf-8")
-            tools_log4j = self.data_dir / TOOLS_LOG4J_FILE
-            tools_log4j.write_text(render_log4j2_properties(None, level="WARN"), encoding="utf-8")
-            self._rotate_log()
-
+            log4j, tools_log4j = self._write_configs(port, controller_port)
             base = {
                 "version": self.version,
                 "cluster_id": cluster_id,
@@ -775,56 +764,78 @@ class LocalBroker:
             if not (self.kraft_dir / "meta.properties").is_file():
                 self._format(java, libs, tools_log4j, cluster_id)
             _write_record(self.data_dir, base)
-
-            cmd = [
-                java,
-                f"-Xms{self.heap_min}",
-                f"-Xmx{self.heap_max}",
-                "-XX:+UseG1GC",
-                "-XX:MaxGCPauseMillis=20",
-                "-XX:+ExitOnOutOfMemoryError",
-                "-Djava.awt.headless=true",
-                f"-Dlog4j2.configurationFile={log4j}",
-                f"-Dkafka.logs.dir={self.data_dir}",
-                "-cp",
-                str(libs / "*"),
-                "kafka.Kafka",
-                str(self.properties_file),
-            ]
-            with open(self.log_file, "ab") as out:
-                self._proc = subprocess.Popen(
-                    cmd,
-                    cwd=self.data_dir,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,  # survives the CLI and its terminal
-                    close_fds=True,
-                    preexec_fn=_set_pdeathsig if self.die_with_parent and sys.platform == "linux" else None,
-                )
-            proc = self._proc
+            proc = self._launch(java, libs, log4j)
             _write_record(self.data_dir, {**base, "pid": proc.pid, "started_at": time.time()})
-            bootstrap = base["bootstrap"]
-            try:
-                wait_until_ready(bootstrap, timeout, alive=lambda: proc.poll() is None)
-            except BrokerStartFailed as exc:
-                exited = proc.poll()
-                self._kill(proc.pid, grace=5.0)
-                self._clear_pid()
-                tail = self.log_tail()
-                if exited is not None:
-                    raise BrokerStartFailed(
-                        f"the Kafka broker exited with code {exited} during start-up; see {self.log_file}",
-                        log_tail=tail,
-                    ) from None
-                raise BrokerStartTimeout(
-                    f"{exc.message}; the process was killed, see {self.log_file}", log_tail=tail
+            self._await_ready(proc, base["bootstrap"], timeout)
+            return base["bootstrap"]
+
+    def _write_configs(self, port: int, controller_port: int) -> tuple[Path, Path]:
+        """The server properties and the log4j2 configs of the broker and of the tools (written
+        on every start); returns (broker log4j2 file, tools log4j2 file)."""
+        props = server_properties(port, controller_port, self.kraft_dir, extra=self.extra_properties)
+        self.properties_file.write_text(
+            render_properties(props, header="written by traintrace on every `broker start`; edits are lost"),
+            encoding="utf-8",
+        )
+        log4j = self.data_dir / LOG4J_FILE
+        log4j.write_text(render_log4j2_properties(self.log_file), encoding="utf-8")
+        tools_log4j = self.data_dir / TOOLS_LOG4J_FILE
+        tools_log4j.write_text(render_log4j2_properties(None, level="WARN"), encoding="utf-8")
+        self._rotate_log()
+        return log4j, tools_log4j
+
+    def _launch(self, java: str, libs: Path, log4j: Path) -> subprocess.Popen:
+        """The broker's JVM, in its own session (it survives the CLI and its terminal)."""
+        cmd = [
+            java,
+            f"-Xms{self.heap_min}",
+            f"-Xmx{self.heap_max}",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-XX:+ExitOnOutOfMemoryError",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={log4j}",
+            f"-Dkafka.logs.dir={self.data_dir}",
+            "-cp",
+            str(libs / "*"),
+            "kafka.Kafka",
+            str(self.properties_file),
+        ]
+        with open(self.log_file, "ab") as out:
+            self._proc = subprocess.Popen(
+                cmd,
+                cwd=self.data_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+                preexec_fn=_set_pdeathsig if self.die_with_parent and sys.platform == "linux" else None,
+            )
+        return self._proc
+
+    def _await_ready(self, proc: subprocess.Popen, bootstrap: str, timeout: float) -> None:
+        """Wait until the broker answers; kill it (and say why, with its log's tail) if it exits
+        or does not answer in time, or if we are interrupted meanwhile."""
+        try:
+            wait_until_ready(bootstrap, timeout, alive=lambda: proc.poll() is None)
+        except BrokerStartFailed as exc:
+            exited = proc.poll()
+            self._kill(proc.pid, grace=5.0)
+            self._clear_pid()
+            tail = self.log_tail()
+            if exited is not None:
+                raise BrokerStartFailed(
+                    f"the Kafka broker exited with code {exited} during start-up; see {self.log_file}",
+                    log_tail=tail,
                 ) from None
-            except BaseException:  # KeyboardInterrupt & co: do not leave a half-started JVM
-                self._kill(proc.pid, grace=5.0)
-                self._clear_pid()
-                raise
-            return bootstrap
+            raise BrokerStartTimeout(
+                f"{exc.message}; the process was killed, see {self.log_file}", log_tail=tail
+            ) from None
+        except BaseException:  # KeyboardInterrupt & co: do not leave a half-started JVM
+            self._kill(proc.pid, grace=5.0)
+            self._clear_pid()
+            raise
 
     def _check_port(self, port: int) -> None:
         if not port_is_free(port):

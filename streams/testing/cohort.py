@@ -60,91 +60,116 @@ def generate_cohorts(
 
     About ``steps/progress_every + steps/ckpt_every + 4`` events per job.
     """
-    rng = random.Random(seed)
-    ts = t0
+    gen = _Generator(random.Random(seed), t0, steps, divergence_rate, exploit_every, ckpt_every,
+                     progress_every, exploit_prob, alias_prob)
     n_cohorts = max(1, (jobs + cohort_size - 1) // cohort_size)
     made = 0
     for c in range(n_cohorts):
-        cohort_id = f"{prefix}c{c:05d}"
         size = min(cohort_size, jobs - made)
         if size <= 0:
             break
         made += size
-        members = [_Job(f"{prefix}{c:05d}-{k:03d}") for k in range(size)]
-        for job in members:
-            if rng.random() < divergence_rate:
-                job.diverge_at = rng.randrange(2, steps // progress_every) * progress_every
+        yield from gen.cohort(f"{prefix}c{c:05d}", [_Job(f"{prefix}{c:05d}-{k:03d}") for k in range(size)])
 
-        def env(job: _Job, etype: str, **fields: Any) -> dict[str, Any]:
-            nonlocal ts
-            ts += 1
-            ev = {"type": etype, "job_id": job.id, "seq": job.seq, "incarnation": job.inc, "ts": ts}
-            ev.update(fields)
-            job.seq += 1
-            return ev
 
+class _Generator:
+    """The events of one cohort after another, from one random stream (so the order of the
+    draws, and with it every event, is fixed by the seed)."""
+
+    def __init__(self, rng: random.Random, t0: int, steps: int, divergence_rate: float, exploit_every: int,
+                 ckpt_every: int, progress_every: int, exploit_prob: float, alias_prob: float) -> None:
+        self.rng = rng
+        self.ts = t0
+        self.steps = steps
+        self.divergence_rate = divergence_rate
+        self.exploit_every = exploit_every
+        self.ckpt_every = ckpt_every
+        self.progress_every = progress_every
+        self.exploit_prob = exploit_prob
+        self.alias_prob = alias_prob
+
+    def env(self, job: _Job, etype: str, **fields: Any) -> dict[str, Any]:
+        self.ts += 1
+        ev = {"type": etype, "job_id": job.id, "seq": job.seq, "incarnation": job.inc, "ts": self.ts}
+        ev.update(fields)
+        job.seq += 1
+        return ev
+
+    def cohort(self, cohort_id: str, members: list[_Job]) -> Iterator[dict[str, Any]]:
+        rng = self.rng
         for job in members:
-            yield env(job, "JobStarted", cohort_id=cohort_id, base_model="base-7b",
-                      base_checkpoint_id=None, config_hash=None)
-        for step in range(progress_every, steps + 1, progress_every):
+            if rng.random() < self.divergence_rate:
+                job.diverge_at = rng.randrange(2, self.steps // self.progress_every) * self.progress_every
+        for job in members:
+            yield self.env(job, "JobStarted", cohort_id=cohort_id, base_model="base-7b",
+                           base_checkpoint_id=None, config_hash=None)
+        for step in range(self.progress_every, self.steps + 1, self.progress_every):
             for job in members:
                 if job.done:
                     continue
                 job.step = step
-                # training progress; a diverging job goes NaN or spikes at its onset
                 if job.diverge_at is not None and not job.diverged and step >= job.diverge_at:
-                    job.diverged = True
-                    kind = rng.random()
-                    if kind < 0.4:
-                        loss = float("nan")
-                    elif kind < 0.8:
-                        loss = job.loss * 50
-                    else:
-                        loss = job.loss
-                        yield env(job, "Progress", step=step, epoch=step // 100, loss=loss,
-                                  grad_norm=1.0, lr=1e-4)
-                        yield env(job, "DivergenceReported", onset_step=step, detector="grad-monitor",
-                                  reason="gradient norm explosion")
-                        loss = None
-                    if loss is not None:
-                        yield env(job, "Progress", step=step, epoch=step // 100, loss=loss,
-                                  grad_norm=1.0, lr=1e-4)
-                    # rolled back a little later, to its last checkpoint before the onset
-                    if job.ckpts and rng.random() < 0.7:
-                        target = job.last_ckpt_before_onset or job.ckpts[-1]
-                        job.inc += 1
-                        job.rolled = True
-                        job.loss = 1.5
-                        yield env(job, "RolledBack", restored_checkpoint_id=target[0],
-                                  resumed_step=target[1], command_id=None)
-                    continue
-                job.loss = max(0.05, job.loss * (0.995 + 0.004 * rng.random()))
-                yield env(job, "Progress", step=step, epoch=step // 100, loss=round(job.loss, 6),
-                          grad_norm=round(0.5 + rng.random(), 4), lr=1e-4)
-                if step % ckpt_every == 0:
-                    cid = f"{job.id}-{step}-i{job.inc}"
-                    content = _h(cid)
-                    # an unrecorded copy: the exploit wrote a peer's weights as its own
-                    if size > 1 and rng.random() < alias_prob:
-                        peer = members[rng.randrange(size)]
-                        if peer is not job and peer.ckpts:
-                            content = peer.ckpts[-1][2]
-                    job.ckpts.append((cid, step, content))
-                    if not job.diverged:
-                        job.last_ckpt_before_onset = (cid, step, content)
-                    yield env(job, "CheckpointWritten", checkpoint_id=cid, step=step, epoch=step // 100,
-                              content_hash=content, uri=f"s3://ckpts/{cid}")
-                if step % exploit_every == 0 and size > 1 and rng.random() < exploit_prob:
-                    peer = members[rng.randrange(size)]
-                    if peer is not job and peer.ckpts:
-                        mode = MODES[rng.randrange(len(MODES))]
-                        yield env(job, "CheckpointConsumed", source_checkpoint_id=peer.ckpts[-1][0],
-                                  step=step, mode=mode)
+                    yield from self.diverge(job, step)
+                else:
+                    yield from self.train(job, step, members)
         for job in members:
             if rng.random() < 0.8:
                 final = job.ckpts[-1][0] if job.ckpts else None
-                yield env(job, "JobFinished", status="SUCCEEDED", final_checkpoint_id=final)
+                yield self.env(job, "JobFinished", status="SUCCEEDED", final_checkpoint_id=final)
                 job.done = True
+
+    def diverge(self, job: _Job, step: int) -> Iterator[dict[str, Any]]:
+        """The onset: NaN, a spike, or a reported divergence; then often a rollback to the last
+        checkpoint before the onset."""
+        rng = self.rng
+        job.diverged = True
+        kind = rng.random()
+        if kind < 0.4:
+            loss = float("nan")
+        elif kind < 0.8:
+            loss = job.loss * 50
+        else:
+            loss = job.loss
+            yield self.env(job, "Progress", step=step, epoch=step // 100, loss=loss, grad_norm=1.0, lr=1e-4)
+            yield self.env(job, "DivergenceReported", onset_step=step, detector="grad-monitor",
+                           reason="gradient norm explosion")
+            loss = None
+        if loss is not None:
+            yield self.env(job, "Progress", step=step, epoch=step // 100, loss=loss, grad_norm=1.0, lr=1e-4)
+        if job.ckpts and rng.random() < 0.7:
+            target = job.last_ckpt_before_onset or job.ckpts[-1]
+            job.inc += 1
+            job.rolled = True
+            job.loss = 1.5
+            yield self.env(job, "RolledBack", restored_checkpoint_id=target[0], resumed_step=target[1],
+                           command_id=None)
+
+    def train(self, job: _Job, step: int, members: list[_Job]) -> Iterator[dict[str, Any]]:
+        """A healthy step: progress, maybe a checkpoint (sometimes an unrecorded copy of a
+        peer's content), maybe an exploit step consuming a peer's checkpoint."""
+        rng = self.rng
+        size = len(members)
+        job.loss = max(0.05, job.loss * (0.995 + 0.004 * rng.random()))
+        yield self.env(job, "Progress", step=step, epoch=step // 100, loss=round(job.loss, 6),
+                       grad_norm=round(0.5 + rng.random(), 4), lr=1e-4)
+        if step % self.ckpt_every == 0:
+            cid = f"{job.id}-{step}-i{job.inc}"
+            content = _h(cid)
+            if size > 1 and rng.random() < self.alias_prob:
+                peer = members[rng.randrange(size)]
+                if peer is not job and peer.ckpts:
+                    content = peer.ckpts[-1][2]
+            job.ckpts.append((cid, step, content))
+            if not job.diverged:
+                job.last_ckpt_before_onset = (cid, step, content)
+            yield self.env(job, "CheckpointWritten", checkpoint_id=cid, step=step, epoch=step // 100,
+                           content_hash=content, uri=f"s3://ckpts/{cid}")
+        if step % self.exploit_every == 0 and size > 1 and rng.random() < self.exploit_prob:
+            peer = members[rng.randrange(size)]
+            if peer is not job and peer.ckpts:
+                mode = MODES[rng.randrange(len(MODES))]
+                yield self.env(job, "CheckpointConsumed", source_checkpoint_id=peer.ckpts[-1][0],
+                               step=step, mode=mode)
 
 
 def chain_events(events: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
