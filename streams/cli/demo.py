@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import sys
-import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import click
 from rich.console import Console, Group
@@ -56,84 +55,101 @@ def demo(bootstrap: str | None, gate: str, workers: int, work_dir: Path | None, 
     check's verdict and the commands that redo it. Exit status 1 when the story (the audit
     included) did not come out as expected.
     """
-    from streams.demo.pipeline import DemoError, delete_run_topics, run_demo
+    from streams.demo.errors import DemoError, WorkDirNotEmpty
+    from streams.demo.leftovers import make_work_dir, tidy_up
 
+    console = _console()
+    bootstrap, started = resolve_bootstrap(bootstrap)
+    try:
+        work, temporary = make_work_dir(work_dir)
+    except WorkDirNotEmpty as exc:
+        fail(f"--work-dir {exc.path} is not empty: give a new or empty directory")
+    report: dict[str, Any] | None = None
+    interrupted = False
+    try:
+        with _sigterm_as_interrupt():
+            if not as_json:
+                _print_intro(console, bootstrap, started)
+            report = _run(console, bootstrap, work, gate, workers, as_json)
+    except DemoError as exc:
+        fail(str(exc), 1)
+    except KeyboardInterrupt:
+        interrupted = True
+        click.echo("interrupted: the jobs and workers are stopped", err=True)
+        sys.exit(130)
+    finally:
+        kept = tidy_up(bootstrap, work, report, temporary=temporary, keep=keep, interrupted=interrupted)
+        if kept and report is None:
+            click.echo(f"work directory kept: {work}", err=True)
+    assert report is not None
+    _print_outcome(console, report, bootstrap, started, as_json)
+    if not report.get("story_ok"):
+        sys.exit(1)
+
+
+def _console() -> Console:
     console = Console()
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(width=150)  # a log file or a pipe: wide tables rather than wrapped cells
-    interactive = console.is_terminal and not as_json
-    bootstrap, started = resolve_bootstrap(bootstrap)
-    if work_dir is not None:
-        work = work_dir.resolve()
-        if work.exists() and any(work.iterdir()):
-            fail(f"--work-dir {work} is not empty: give a new or empty directory")
-        temporary = False
-    else:
-        work = Path(tempfile.mkdtemp(prefix="traintrace-demo-"))
-        temporary = True
+    return console
 
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM stops the run as Ctrl-C does (everything it started is stopped)."""
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt()
 
     previous = signal.signal(signal.SIGTERM, on_term)
-    report: dict[str, Any] | None = None
-    interrupted = False
     try:
-        if not as_json:
-            from streams.demo.scenario import describe
-
-            console.print(f"Kafka at [bold]{bootstrap}[/bold]" + (" (started now)" if started else ""))
-            console.print(Panel(describe(), title="the story", title_align="left", expand=False))
-        try:
-            if interactive:
-                from rich.live import Live
-
-                with Live(console=console, auto_refresh=False, transient=False,
-                          redirect_stdout=False, redirect_stderr=False) as live:
-                    report = run_demo(bootstrap, work, gate=gate, workers=workers, live=True,
-                                      on_tick=lambda st: live.update(render_live(st), refresh=True))
-            elif as_json:
-                report = run_demo(bootstrap, work, gate=gate, workers=workers)
-            else:
-                console.print(f"running: {workers} worker(s), 6 jobs, gate {gate}; work dir {work}")
-                seen: list[str] = []
-
-                def phase_line(st: Any) -> None:  # one line per phase, no redrawing
-                    if not seen or seen[-1] != st.phase:
-                        seen.append(st.phase)
-                        console.print(f"[dim]{st.elapsed:6.1f}s  {st.phase}[/dim]", highlight=False)
-
-                report = run_demo(bootstrap, work, gate=gate, workers=workers, on_tick=phase_line)
-        except DemoError as exc:
-            fail(str(exc), 1)
-        except KeyboardInterrupt:
-            interrupted = True
-            click.echo("interrupted: the jobs and workers are stopped", err=True)
-            sys.exit(130)
+        yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-        # a temporary work directory is removed unless --keep, or the run went wrong (its logs
-        # are what one looks at then); an interrupted run is removed too
-        failed = report is None or not report.get("story_ok")
-        kept = not temporary or keep or (failed and not interrupted)
-        if not kept:  # and the run's topics with it (kept with the work directory)
-            shutil.rmtree(work, ignore_errors=True)
-            if report is not None:
-                delete_run_topics(bootstrap, report)
-        elif report is None:
-            click.echo(f"work directory kept: {work}", err=True)
-    assert report is not None
-    report["work_dir_kept"] = kept
+
+
+def _print_intro(console: Console, bootstrap: str, started: bool) -> None:
+    from streams.demo.scenario import describe
+
+    console.print(f"Kafka at [bold]{bootstrap}[/bold]" + (" (started now)" if started else ""))
+    console.print(Panel(describe(), title="the story", title_align="left", expand=False))
+
+
+def _run(console: Console, bootstrap: str, work: Path, gate: str, workers: int, as_json: bool) -> dict[str, Any]:
+    """The run, shown as it goes: a live view on a terminal, a line per phase in a log, nothing
+    with --json."""
+    from streams.demo.run import run_demo
+
+    if console.is_terminal and not as_json:
+        from rich.live import Live
+
+        with Live(console=console, auto_refresh=False, transient=False,
+                  redirect_stdout=False, redirect_stderr=False) as live:
+            return run_demo(bootstrap, work, gate=gate, workers=workers, live=True,
+                            on_tick=lambda st: live.update(render_live(st), refresh=True))
+    if as_json:
+        return run_demo(bootstrap, work, gate=gate, workers=workers)
+    console.print(f"running: {workers} worker(s), 6 jobs, gate {gate}; work dir {work}")
+    seen: list[str] = []
+
+    def phase_line(st: Any) -> None:  # one line per phase, no redrawing
+        if not seen or seen[-1] != st.phase:
+            seen.append(st.phase)
+            console.print(f"[dim]{st.elapsed:6.1f}s  {st.phase}[/dim]", highlight=False)
+
+    return run_demo(bootstrap, work, gate=gate, workers=workers, on_tick=phase_line)
+
+
+def _print_outcome(console: Console, report: dict[str, Any], bootstrap: str, started: bool,
+                   as_json: bool) -> None:
+    from streams.demo.outcome import for_json
+
     report["broker"] = {"bootstrap": bootstrap, "started_now": started}
     if as_json:
-        out = {k: v for k, v in report.items() if k != "story"}
-        click.echo(json.dumps(out, indent=2, sort_keys=True))
-    else:
-        render_report(console, report)
-        if started:
-            console.print("[dim]The local broker keeps running; stop it with `traintrace broker stop`.[/dim]")
-    if not report.get("story_ok"):
-        sys.exit(1)
+        click.echo(json.dumps(for_json(report), indent=2, sort_keys=True))
+        return
+    render_report(console, report)
+    if started:
+        console.print("[dim]The local broker keeps running; stop it with `traintrace broker stop`.[/dim]")
 
 
 # ------------------------------------------------------------------------------ rendering
@@ -180,6 +196,18 @@ def render_live(state: Any) -> Group:
 
 def render_report(console: Console, r: dict[str, Any]) -> None:
     """The final report, for a person."""
+    _print_incidents(console, r)
+    console.print(_commands_table(r["commands"]))
+    console.print(_jobs_table(r))
+    _print_timing(console, r)
+    if r.get("audit") is not None:
+        render_audit(console, r["audit"], bool(r.get("work_dir_kept")))
+    _print_verdict(console, r)
+    _print_work_dir(console, r)
+
+
+def _print_incidents(console: Console, r: dict[str, Any]) -> None:
+    """A panel per incident: root, contaminated jobs, secondary divergences, tainted checkpoints."""
     for x in r["incidents"]:
         root = x["root"]
         lines = [f"[bold]{x['verdict']}[/bold] divergence of [bold]{root['job_id']}[/bold] "
@@ -202,10 +230,12 @@ def render_report(console: Console, r: dict[str, Any]) -> None:
     if not r["incidents"]:
         console.print("[red]no incident was found[/red]")
 
+
+def _commands_table(commands: list[dict[str, Any]]) -> Table:
     table = Table(title="Commands on lineage.control and their acknowledgements", title_justify="left")
     for col in ("job", "inc", "record", "target", "command", "acknowledged by", "status"):
         table.add_column(col)
-    for c in r["commands"]:
+    for c in commands:
         ack = ""
         if c["acknowledged_by_seq"] is not None:
             ack = f"RolledBack seq {c['acknowledged_by_seq']}"
@@ -219,8 +249,10 @@ def render_report(console: Console, r: dict[str, Any]) -> None:
         record = c["action"] if c["type"] == "RollbackCommand" else c["type"]
         table.add_row(c["job_id"], str(c["incarnation"]), record, target,
                       c["command_id"][:12], ack, Text(status, style=style))
-    console.print(table)
+    return table
 
+
+def _jobs_table(r: dict[str, Any]) -> Table:
     jt = Table(title=f"Jobs ({r['steps']} steps each)", title_justify="left")
     for col, just in (("job", "left"), ("status", "left"), ("final step", "right"), ("inc", "right"),
                       ("rolled back", "left"), ("final loss", "right"), ("eval acc", "right"),
@@ -234,8 +266,10 @@ def render_report(console: Console, r: dict[str, Any]) -> None:
         jt.add_row(j, Text(str(v["status"]), style=_STATUS_STYLE.get(v["status"], "")), str(v["final_step"]),
                    str(v["incarnation"]), rb, _loss(v["final_loss"]), f"{acc:.3f}" if acc is not None else "",
                    "; ".join(shared))
-    console.print(jt)
+    return jt
 
+
+def _print_timing(console: Console, r: dict[str, Any]) -> None:
     t = r["timing"]
     if t.get("divergence_to_last_ack_s") is not None:
         console.print(f"From the divergence ({t['divergence_from']}) to the first command: "
@@ -246,11 +280,11 @@ def render_report(console: Console, r: dict[str, Any]) -> None:
                   f"report {t.get('audit_trail_s', 0):.1f}s); "
                   f"{r['workers']} worker(s), gate {r['gate']}, {r['events']['count']} events.")
     if r.get("alerts"):
-        console.print(f"Alerts: " + ", ".join(f"{a['kind']} {a.get('job_id') or ''}".strip() for a in r["alerts"]))
+        console.print("Alerts: " + ", ".join(f"{a['kind']} {a.get('job_id') or ''}".strip() for a in r["alerts"]))
 
-    if r.get("audit") is not None:
-        render_audit(console, r["audit"], bool(r.get("work_dir_kept")))
 
+def _print_verdict(console: Console, r: dict[str, Any]) -> None:
+    """Whether the story came out as expected (the failed checks if not), and the run's notes."""
     failed = [c for c in r["checks"] if not c["ok"]]
     if r["story_ok"]:
         console.print(f"[green]✓ the story came out as expected[/green] ({len(r['checks'])} checks: root, "
@@ -263,6 +297,9 @@ def render_report(console: Console, r: dict[str, Any]) -> None:
     for n in r.get("notes") or []:
         console.print(f"[yellow]note:[/yellow] {n}")
 
+
+def _print_work_dir(console: Console, r: dict[str, Any]) -> None:
+    """Where the run's files are, or that they are gone."""
     if r.get("work_dir_kept"):
         logs = r["logs"]
         console.print(f"Work directory: {r['work_dir']}\n"
@@ -282,6 +319,22 @@ _VERDICT_STYLE = {"PASS": "green", "FAIL": "red", "SKIPPED": "yellow", "ERROR": 
 
 def render_audit(console: Console, a: dict[str, Any], kept: bool) -> None:
     """The Audit section: the export, each check's verdict, the files, how to redo it."""
+    if a.get("checks"):
+        console.print(_audit_table(a))
+    for c in a.get("checks") or []:
+        for line in c.get("failures") or []:
+            console.print(f"  [red]✗ {c['name']}:[/red] {line}", highlight=False, soft_wrap=True)
+        for n in c.get("notes") or []:
+            console.print(f"  [dim]{c['name']}: {n}[/dim]", highlight=False, soft_wrap=True)
+    _print_audit_verdict(console, a)
+    if kept:
+        _print_audit_files(console, a)
+    else:
+        console.print("[dim]  log.avro, audit.json, lineage.html and lineage.png were written to the work "
+                      "directory, removed with it (--keep or --work-dir DIR keeps them).[/dim]")
+
+
+def _audit_table(a: dict[str, Any]) -> Table:
     log = a.get("log") or {}
     title = "Audit of the demo's log"
     if log:
@@ -297,13 +350,10 @@ def render_audit(console: Console, a: dict[str, Any], kept: bool) -> None:
             what += f"; {a.get('signed_commitments', 0)} signed by key {a.get('key_id')}"
         table.add_row(c["name"], Text(c["verdict"], style=_VERDICT_STYLE.get(c["verdict"], "")),
                       str(c["checked"]), str(c["failed"]), what)
-    if a.get("checks"):
-        console.print(table)
-    for c in a.get("checks") or []:
-        for line in c.get("failures") or []:
-            console.print(f"  [red]✗ {c['name']}:[/red] {line}", highlight=False, soft_wrap=True)
-        for n in c.get("notes") or []:
-            console.print(f"  [dim]{c['name']}: {n}[/dim]", highlight=False, soft_wrap=True)
+    return table
+
+
+def _print_audit_verdict(console: Console, a: dict[str, Any]) -> None:
     t = a.get("timing") or {}
     took = ", ".join(f"{k} {t[k + '_s']:.2f}s" for k in ("export", "audit", "report") if k + "_s" in t)
     if a.get("error"):
@@ -312,23 +362,22 @@ def render_audit(console: Console, a: dict[str, Any], kept: bool) -> None:
     else:
         console.print(("[bold green]AUDIT PASSED[/]" if a.get("passed") else "[bold red]AUDIT FAILED[/]")
                       + (f" ({took})" if took else ""), highlight=False)
-    p = a["paths"]
-    if kept:
-        files = a.get("files") or {}
-        console.print(f"  log:     {p['log']}" + (f"  ({log.get('bytes', 0):,} bytes)" if log else ""), highlight=False)
-        console.print(f"  audit:   {p['audit']}", highlight=False)
-        console.print(f"  report:  {p['html']}" + (f"  ({files['html_bytes']:,} bytes)" if files.get("html_bytes") else ""),
-                      highlight=False)
-        console.print(f"  picture: {p['png']}" + (f"  ({files['png_bytes']:,} bytes)" if files.get("png_bytes") else ""),
-                      highlight=False)
-        console.print(f"  keys:    {p['keys']}  (key id {a.get('key_id')}; processor.key signs, the .pub verifies)",
-                      highlight=False)
-        console.print("  redo it:", highlight=False)
-        for cmd in a.get("commands") or []:
-            console.print(f"    {cmd}", highlight=False, soft_wrap=True)
-    else:
-        console.print("[dim]  log.avro, audit.json, lineage.html and lineage.png were written to the work "
-                      "directory, removed with it (--keep or --work-dir DIR keeps them).[/dim]")
+
+
+def _print_audit_files(console: Console, a: dict[str, Any]) -> None:
+    """The files of the audit trail and the commands that redo it."""
+    p, log, files = a["paths"], a.get("log") or {}, a.get("files") or {}
+    console.print(f"  log:     {p['log']}" + (f"  ({log.get('bytes', 0):,} bytes)" if log else ""), highlight=False)
+    console.print(f"  audit:   {p['audit']}", highlight=False)
+    console.print(f"  report:  {p['html']}" + (f"  ({files['html_bytes']:,} bytes)" if files.get("html_bytes") else ""),
+                  highlight=False)
+    console.print(f"  picture: {p['png']}" + (f"  ({files['png_bytes']:,} bytes)" if files.get("png_bytes") else ""),
+                  highlight=False)
+    console.print(f"  keys:    {p['keys']}  (key id {a.get('key_id')}; processor.key signs, the .pub verifies)",
+                  highlight=False)
+    console.print("  redo it:", highlight=False)
+    for cmd in a.get("commands") or []:
+        console.print(f"    {cmd}", highlight=False, soft_wrap=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 import time
-import uuid
 
 import click
 from rich.console import Console
 from rich.table import Table
 
 from streams.cli.common import bootstrap_option, fail, resolve_bootstrap
-from streams.demo.smoke import SmokeError, run_smoke
+from streams.demo.smoke import LiveResult, SmokeError, SmokeResult, run_live, run_smoke, smoke_topic
 
 
 @click.command()
@@ -33,7 +33,7 @@ def smoke(bootstrap: str | None, partitions: int, live: bool, as_json: bool) -> 
     """
     console = Console()
     bootstrap, started = resolve_bootstrap(bootstrap)
-    topic = f"traintrace.smoke.{uuid.uuid4().hex[:12]}"
+    topic = smoke_topic()
     t = time.perf_counter()
     try:
         result = run_smoke(bootstrap, topic, partitions)
@@ -42,10 +42,6 @@ def smoke(bootstrap: str | None, partitions: int, live: bool, as_json: bool) -> 
     elapsed = time.perf_counter() - t
     live_result = None
     if live:
-        import tempfile
-
-        from streams.demo.smoke import run_live
-
         with tempfile.TemporaryDirectory(prefix="traintrace-smoke-") as tmp:
             try:
                 if as_json:
@@ -58,13 +54,23 @@ def smoke(bootstrap: str | None, partitions: int, live: bool, as_json: bool) -> 
     if as_json:
         out = {"bootstrap": bootstrap, "topic": topic, "seconds": elapsed, **result.summary()}
         if live_result is not None:
-            out["live"] = {"plans": live_result.plans, "halts": live_result.halts,
-                           "manifests": live_result.manifests, "commitments": live_result.commitments,
-                           "seconds_to_quiescence": live_result.seconds_to_quiescence,
-                           "equal_to_offline": live_result.equal_to_offline}
+            out["live"] = live_result.summary()
         click.echo(json.dumps(out, indent=2, sort_keys=True))
         return
     console.print(f"Kafka at [bold]{bootstrap}[/bold]" + (" (started now)" if started else ""))
+    _print_round_trip(console, topic, result, elapsed)
+    if live_result is not None:
+        _print_live(console, live_result)
+        if not live_result.equal_to_offline:
+            sys.exit(1)
+    if started:
+        console.print("[dim]The local broker keeps running; stop it with `traintrace broker stop`.[/dim]")
+
+
+def _print_round_trip(console: Console, topic: str, result: SmokeResult, elapsed: float) -> None:
+    """What went through the topic, and what the lineage core decides of it."""
+    from streams.cli.analyze import render
+
     table = Table(title=f"Round trip through {topic}", title_justify="left")
     table.add_column("event type")
     table.add_column("produced", justify="right")
@@ -74,23 +80,20 @@ def smoke(bootstrap: str | None, partitions: int, live: bool, as_json: bool) -> 
     console.print(table)
     console.print(f"{result.produced} events produced, {result.consumed} consumed, "
                   f"[green]{result.equal} equal[/green] in {elapsed:.1f}s")
-    from streams.cli.analyze import render
-
     render(console, result.final, result.consumed, 0)
-    if live_result is not None:
-        table = Table(title="Live pipeline: commands a real worker published on lineage.control",
-                      title_justify="left")
-        for col in ("job", "inc", "action", "target", "command"):
-            table.add_column(col)
-        for p in live_result.plans:
-            table.add_row(p["job_id"], str(p["incarnation"]), p["action"], p["target_checkpoint_id"] or "",
-                          p["command_id"][:12])
-        console.print(table)
-        verdict = "[green]equal to the offline fold[/green]" if live_result.equal_to_offline else \
-            "[red]DIFFERENT from the offline fold[/red]"
-        console.print(f"{live_result.manifests} manifest version(s), {live_result.commitments} commitment(s); "
-                      f"quiescent {live_result.seconds_to_quiescence:.1f}s after publishing; {verdict}")
-        if not live_result.equal_to_offline:
-            sys.exit(1)
-    if started:
-        console.print("[dim]The local broker keeps running; stop it with `traintrace broker stop`.[/dim]")
+
+
+def _print_live(console: Console, live_result: LiveResult) -> None:
+    """The commands the live worker published, and whether they are the offline fold's."""
+    table = Table(title="Live pipeline: commands a real worker published on lineage.control",
+                  title_justify="left")
+    for col in ("job", "inc", "action", "target", "command"):
+        table.add_column(col)
+    for p in live_result.plans:
+        table.add_row(p["job_id"], str(p["incarnation"]), p["action"], p["target_checkpoint_id"] or "",
+                      p["command_id"][:12])
+    console.print(table)
+    verdict = "[green]equal to the offline fold[/green]" if live_result.equal_to_offline else \
+        "[red]DIFFERENT from the offline fold[/red]"
+    console.print(f"{live_result.manifests} manifest version(s), {live_result.commitments} commitment(s); "
+                  f"quiescent {live_result.seconds_to_quiescence:.1f}s after publishing; {verdict}")

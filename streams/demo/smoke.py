@@ -1,26 +1,34 @@
-"""The smoke round trip: produce the worked example to Kafka, consume it back, fold it."""
+"""``traintrace smoke``: the worked example (SPEC §12) produced to Kafka, consumed back and folded
+(:func:`run_smoke`); then through a live processor worker (:func:`run_live`)."""
 
 from __future__ import annotations
 
 import math
 import time
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import KafkaException
 
-from streams.kafka.settings import consumer_config, producer_config
+from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import ensure_topics
 from streams.codec import Codec, DecodeError
 from streams.core.decide import Lineage
 from streams.core.events import parse_event
 from streams.demo.examples import worked_example
-from streams.demo.pipeline import DemoError
+from streams.demo.errors import DemoError
 
 
 class SmokeError(DemoError):
-    pass
+    """The smoke round trip failed (delivery, consumption, decoding, the live worker)."""
+
+
+def smoke_topic() -> str:
+    """A fresh topic for one round trip."""
+    return f"traintrace.smoke.{uuid.uuid4().hex[:12]}"
 
 
 @dataclass
@@ -48,11 +56,14 @@ def same_event(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return True
 
 
-def run_smoke(bootstrap: str, topic: str, partitions: int = 3, timeout: float = 60.0) -> SmokeResult:
+def run_smoke(kafka: KafkaSettings | str, topic: str, partitions: int = 3, timeout: float = 60.0) -> SmokeResult:
+    """Produce every event of the worked example to ``topic`` (Avro, keyed by job_id), consume
+    them back, compare them and fold them with the lineage core."""
+    kafka = KafkaSettings.of(kafka)
     codec = Codec()
     events = worked_example()
-    ensure_topics(bootstrap, [(topic, partitions, None)])
-    producer = Producer(producer_config(bootstrap))
+    ensure_topics(kafka, [(topic, partitions, None)])
+    producer = kafka.producer()
     errors: list[str] = []
 
     def on_delivery(err, _msg):
@@ -66,7 +77,7 @@ def run_smoke(bootstrap: str, topic: str, partitions: int = 3, timeout: float = 
     if producer.flush(timeout) > 0 or errors:
         raise SmokeError(f"delivery to {topic} failed: {errors[:3] or 'flush timed out'}")
 
-    consumer = Consumer(consumer_config(bootstrap, f"traintrace-smoke-{topic}"))
+    consumer = kafka.consumer(f"traintrace-smoke-{topic}")
     consumer.subscribe([topic])
     got: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout
@@ -114,48 +125,51 @@ class LiveResult:
     seconds_to_quiescence: float
     equal_to_offline: bool
 
+    def summary(self) -> dict[str, Any]:
+        """The ``live`` part of ``traintrace smoke --json``."""
+        return {"plans": self.plans, "halts": self.halts, "manifests": self.manifests,
+                "commitments": self.commitments, "seconds_to_quiescence": self.seconds_to_quiescence,
+                "equal_to_offline": self.equal_to_offline}
 
-def run_live(bootstrap: str, data_dir: str, partitions: int = 3, timeout: float = 120.0) -> LiveResult:
+
+def run_live(kafka: KafkaSettings | str, data_dir: str, partitions: int = 3, timeout: float = 120.0) -> LiveResult:
     """Start one real processor worker on fresh topics, publish the worked example to
     lineage.events, wait until the worker has committed everything, and read the effective
     plans back from lineage.control."""
-    import time
-    import uuid
-    from pathlib import Path
-
     from streams.kafka.topics import TopicNames, standard_topics
     from streams.kafka.reader import read_to_end
     from streams.core.cohorts import CohortLineage
     from streams.operators.plans import effective_plans
     from streams.worker.process import WorkerProcess, wait_quiescent
 
+    kafka = KafkaSettings.of(kafka)
     codec = Codec()
     prefix = f"smoke{uuid.uuid4().hex[:8]}."
     topics = TopicNames.from_env(prefix)
-    ensure_topics(bootstrap, standard_topics(topics, partitions))
-    worker = WorkerProcess(bootstrap, prefix, f"traintrace-smoke-{prefix.rstrip('.')}",
+    ensure_topics(kafka, standard_topics(topics, partitions))
+    worker = WorkerProcess(kafka.bootstrap, prefix, f"traintrace-smoke-{prefix.rstrip('.')}",
                            Path(data_dir) / "worker", partitions,
                            extra_args=["--commit-interval", "0.2", "--loglevel", "warn"]).start()
     try:
         worker.wait_ready(timeout)
         events = worked_example()
-        producer = Producer(producer_config(bootstrap))
+        producer = kafka.producer()
         t = time.perf_counter()
         for ev in events:
             producer.produce(topics.events, key=ev["job_id"].encode(), value=codec.encode_event(ev),
                              headers=codec.headers.event(ev["type"]))
         if producer.flush(30) > 0:
             raise SmokeError("could not deliver the events")
-        wait_quiescent(bootstrap, worker.app_id, topics, timeout=timeout, settle=0.5)
+        wait_quiescent(kafka.bootstrap, worker.app_id, topics, timeout=timeout, settle=0.5)
         elapsed = time.perf_counter() - t
-        live = effective_plans(bootstrap, topics, codec)
+        live = effective_plans(kafka.bootstrap, topics, codec)
         offline = CohortLineage()
         offline.apply_many(parse_event(e) for e in events)
         offline.finish_input()
         want = [(p["job_id"], p["command_id"]) for p in offline.final_state()["plans"]]
         got = [(p["job_id"], p["command_id"]) for p in live["plans"]]
-        manifests = sum(1 for _ in read_to_end(bootstrap, topics.manifests))
-        commitments = sum(1 for _ in read_to_end(bootstrap, topics.commitments))
+        manifests = sum(1 for _ in read_to_end(kafka, topics.manifests))
+        commitments = sum(1 for _ in read_to_end(kafka, topics.commitments))
         return LiveResult(live["plans"], live["halts"], manifests, commitments, elapsed, got == want)
     except TimeoutError as exc:
         raise SmokeError(f"{exc}\n{worker.log_tail()}") from exc

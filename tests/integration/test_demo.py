@@ -27,7 +27,8 @@ from typing import Any, Iterator
 import pytest
 
 from streams.demo.scenario import STEPS, expected
-from streams.demo.pipeline import check_story, delete_run_topics, expected_for
+from streams.demo.leftovers import delete_run_topics
+from streams.demo.story import check_story, expected_for
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 420  # the command itself takes seconds; generous for a loaded machine

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import streams.demo  # noqa: F401  before numpy: one BLAS thread per process (see its docstring)
+import streams.demo  # noqa: F401  before numpy: one BLAS thread per process (streams/demo/blas.py)
 
 import numpy as np
 import pytest

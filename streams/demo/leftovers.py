@@ -1,0 +1,76 @@
+"""What a demo run leaves behind: its work directory (new or empty at the start; a temporary one
+is removed at the end unless it is kept) and, once it is over, its topics and consumer groups."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from streams.demo.errors import WorkDirNotEmpty
+from streams.kafka.settings import KafkaSettings
+
+log = logging.getLogger("traintrace.demo")
+
+
+def ensure_empty(work: Path) -> None:
+    """Raises :class:`WorkDirNotEmpty` when ``work`` holds anything (the jobs' journals are there:
+    a previous run's would make them continue)."""
+    if work.exists() and any(work.iterdir()):
+        raise WorkDirNotEmpty(work)
+
+
+def make_work_dir(work_dir: Path | None) -> tuple[Path, bool]:
+    """The run's work directory (resolved; :class:`WorkDirNotEmpty` if it holds anything), or a
+    new temporary one; and whether it is temporary."""
+    if work_dir is None:
+        return Path(tempfile.mkdtemp(prefix="traintrace-demo-")), True
+    work = work_dir.resolve()
+    ensure_empty(work)
+    return work, False
+
+
+def tidy_up(kafka: KafkaSettings | str, work: Path, report: dict[str, Any] | None, *, temporary: bool,
+            keep: bool, interrupted: bool) -> bool:
+    """Remove a temporary work directory, and the run's topics with it, unless ``keep`` or the run
+    went wrong (its logs are what one looks at then; an interrupted run is removed too). Returns
+    whether the directory was kept (also noted in ``report['work_dir_kept']``)."""
+    failed = report is None or not report.get("story_ok")
+    kept = not temporary or keep or (failed and not interrupted)
+    if not kept:  # and the run's topics with it (kept with the work directory)
+        shutil.rmtree(work, ignore_errors=True)
+        if report is not None:
+            delete_run_topics(kafka, report)
+    if report is not None:
+        report["work_dir_kept"] = kept
+    return kept
+
+
+def delete_run_topics(kafka: KafkaSettings | str, report: dict[str, Any], timeout: float = 30.0) -> int:
+    """Delete the topics and consumer groups of a finished run (its prefix's topics, the
+    workers' internal ``<app_id>-…`` topics): a local broker that runs the demo often does not
+    collect them. Returns the number of topics deleted; best effort (errors are ignored)."""
+    prefix, app_id = report["topics"]["prefix"], report["app_id"]
+    try:
+        admin = KafkaSettings.of(kafka).admin()
+        names = [t for t in admin.list_topics(timeout=timeout).topics
+                 if t.startswith(prefix) or t.startswith(app_id + "-")]
+        if names:
+            _settle(admin.delete_topics(names, operation_timeout=timeout))
+        # a group that never committed does not exist: its error is ignored too
+        _settle(admin.delete_consumer_groups([app_id, f"{app_id}-published"], request_timeout=timeout))
+        return len(names)
+    except Exception as exc:
+        log.warning("could not delete the demo's topics (%s*): %s", prefix, exc)
+        return 0
+
+
+def _settle(futures: dict[Any, Any]) -> None:
+    """Wait for each admin future, ignoring its error."""
+    for fut in futures.values():
+        try:
+            fut.result()
+        except Exception:
+            pass
