@@ -16,7 +16,7 @@ from streams.core.cohorts import CohortLineage
 from streams.core.events import event_to_dict, parse_event
 from streams.audit.log import fold_order, load
 from streams.core.project import aliased_checkpoints
-from streams.report.report import ReportModel, _lane_status, build, render_html, render_png, render_svg
+from streams.report import ReportModel, build, lane_status, render_html, render_png, render_svg
 from tests.unit.vectors import load_expected, load_lines, scenarios_dir, vector_names
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -175,7 +175,7 @@ def test_from_scratch_model():
             for e in cm.edges}
     assert ("Y", 1) not in into and into[("Z", 1)] == ("X-300", "base", True)
     assert cm.lane("Y").plan is None and cm.lane("Z").plan["action"] == "RESTART_FROM_SCRATCH"
-    assert _lane_status(cm.lane("Y"), cm.rollbacks)[0][0] == "restarted from scratch → pretrained base-7b (inc 1)"
+    assert lane_status(cm.lane("Y"), cm.rollbacks)[0][0] == "restarted from scratch → pretrained base-7b (inc 1)"
     assert "(pretrained, from scratch)" in render_html(model_of("16_from_scratch"))
 
 
@@ -544,7 +544,7 @@ def test_layout_has_no_fixed_narrow_column_and_tables_scroll():
 
 def test_audit_block_says_what_was_established_about_signatures(tmp_path):
     from streams.audit.audit import audit as run_audit
-    from streams.report.report import audit_summary
+    from streams.report import audit_summary
     from streams.signing import CommitmentSigner, generate_key, key_id
     from streams.testing.simulate import simulate_pipeline
 
