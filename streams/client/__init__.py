@@ -25,17 +25,20 @@
     .started, .is_finished, .applied_commands, .stats(), .wait_control_ready(timeout)
 
 Modules: :mod:`.job` (the client), :mod:`.journal` (snapshot + write-ahead log),
-:mod:`.delivery` (the idempotent producer), :mod:`.control` (commands, the choice of the one to
-apply, the fetcher), :mod:`.gate` (the worker's checkpoint status), :mod:`.hashing` (streamed
-content hashes of files and directories).
+:mod:`.delivery` (the idempotent producer), :mod:`.control` (the fetcher of the job's control
+records), :mod:`.restored` (what a rollback restored), :mod:`.gate` (the worker's checkpoint
+status), :mod:`.hashing` (streamed content hashes of files and directories). The commands and
+the choice of the one to apply (``ControlCommand``, ``command_from_record``, ``JobView``,
+``decide``) are :mod:`streams.control`'s, re-exported here.
 """
 
-from streams.client.control import ControlCommand, JobView, Restored, command_from_record, decide
 from streams.client.errors import ClientError, GateRefused
 from streams.client.gate import checkpoint_status
 from streams.client.hashing import hash_directory, hash_file, hash_path
 from streams.client.job import QUARANTINE_FILE, JobClient
 from streams.client.journal import JOURNAL_FILE, WAL_FILE
+from streams.client.restored import Restored
+from streams.control import ControlCommand, JobView, command_from_record, decide
 
 __all__ = [
     "ClientError",

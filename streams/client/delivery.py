@@ -1,9 +1,9 @@
 """Delivery of a job's events to ``lineage.events``: one idempotent producer, nothing lost.
 
-- The producer is confluent-kafka's, configured by :func:`streams.kafka.topics.producer_config`
-  (``acks=all``, ``enable.idempotence``, ``partitioner=murmur2_random``), key = ``job_id``, so a
-  job's events land in one partition in ``seq`` order and a retry inside librdkafka cannot
-  duplicate or reorder them.
+- The producer is confluent-kafka's, configured by :meth:`KafkaSettings.producer_config
+  <streams.kafka.settings.KafkaSettings.producer_config>` (``acks=all``, ``enable.idempotence``,
+  ``partitioner=murmur2_random``), key = ``job_id``, so a job's events land in one partition in
+  ``seq`` order and a retry inside librdkafka cannot duplicate or reorder them.
 - Outages: ``message.timeout.ms=0`` (librdkafka never gives up on a message; it reconnects and
   retries for as long as it takes) and ``queue.buffering.max.messages`` above ``buffer_max``,
   so an outage of minutes loses nothing: the events wait in librdkafka's queue and go out, in
@@ -34,21 +34,22 @@ from typing import Any, Callable, Mapping
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from streams.kafka.settings import producer_config
+from streams.kafka.settings import KafkaSettings
 
 log = logging.getLogger("traintrace.client")
 
 
 class Delivery:
-    def __init__(self, bootstrap: str, topic: str, key: str, *, buffer_max: int = 100_000,
+    def __init__(self, kafka: KafkaSettings | str, topic: str, key: str, *, buffer_max: int = 100_000,
                  retry_backoff: float = 1.0, overrides: Mapping[str, Any] | None = None,
                  on_ack: Callable[[int], None] | None = None) -> None:
-        self.bootstrap = bootstrap
+        kafka = KafkaSettings.of(kafka)
+        self.bootstrap = kafka.bootstrap
         self.topic = topic
         self.key = key.encode("utf-8")
         self.buffer_max = max(1, int(buffer_max))
         self.retry_backoff = retry_backoff
-        self.conf = producer_config(bootstrap, **{
+        self.conf = kafka.producer_config(**{
             "message.timeout.ms": 0,                      # never expire: wait out any outage
             # an error that could leave a gap is fatal instead: what is on the broker is always a
             # prefix of what was sent, so sending the unacknowledged events again keeps the order
@@ -73,6 +74,8 @@ class Delivery:
         self.last_error: str | None = None
         self.down_since: float | None = None
         self._closed = False
+        # Producer(conf) rather than kafka.producer(): a fatal error needs a new producer of the
+        # same config (and the tests put a fake Producer in this module)
         self._producer = Producer(self.conf)
         self._thread = threading.Thread(target=self._loop, name=f"traintrace-delivery-{key}", daemon=True)
         self._thread.start()

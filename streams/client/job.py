@@ -33,17 +33,17 @@ What it guarantees:
   ``buffer_max`` pending events **every emitting call blocks** until Kafka takes some — up to
   ``buffer_timeout`` seconds (default: no limit), then raises :class:`ClientError`. Nothing is
   ever dropped: with no record there is no concurrent training (SPEC §8).
-- **Control** (:mod:`streams.client.control`). A background thread only *fetches* the job's
-  records of ``lineage.control``; **callbacks run in the thread that calls** :meth:`poll` (or
-  :meth:`wait_while_halted`) — the training loop, between steps, where the model may safely be
-  restored. The effective ``RollbackCommand`` for the current incarnation calls
-  ``on_rollback(cmd)`` (it must return only once the job's state is restored to
-  ``cmd.target_checkpoint_id`` — ``None`` for ``RESTART_FROM_BASE`` to the base or
-  ``RESTART_FROM_SCRATCH`` from ``base_model`` — at ``cmd.target_step``), then the client emits
-  ``RolledBack``, which opens the next incarnation: for a ``RESTART_FROM_SCRATCH`` with
-  ``from_scratch`` true (SPEC §4: the job consumed nothing, not even its base checkpoint), else
-  restoring the command's target. A callback that restored something else says so by returning
-  a :class:`~streams.client.control.Restored` (checkpoint, step, ``from_scratch``); any other
+- **Control** (:mod:`streams.client.control` fetches, :func:`streams.control.decide` decides).
+  A background thread only *fetches* the job's records of ``lineage.control``; **callbacks run
+  in the thread that calls** :meth:`poll` (or :meth:`wait_while_halted`) — the training loop,
+  between steps, where the model may safely be restored. The effective ``RollbackCommand``
+  for the current incarnation calls ``on_rollback(cmd)`` (it must return only once the job's
+  state is restored to ``cmd.target_checkpoint_id`` — ``None`` for ``RESTART_FROM_BASE`` to
+  the base or ``RESTART_FROM_SCRATCH`` from ``base_model`` — at ``cmd.target_step``), then the
+  client emits ``RolledBack``, which opens the next incarnation: for a ``RESTART_FROM_SCRATCH``
+  with ``from_scratch`` true (SPEC §4: the job consumed nothing, not even its base checkpoint),
+  else restoring the command's target. A callback that restored something else says so by returning
+  a :class:`~streams.client.restored.Restored` (checkpoint, step, ``from_scratch``); any other
   return value (None) means it did what the command asked. Without ``on_rollback`` the command is
   returned with outcome ``"unhandled"`` and the job calls :meth:`rolled_back` itself. A
   ``HaltCommand`` calls ``on_halt`` and sets :attr:`halted`; :meth:`wait_while_halted` blocks
@@ -72,31 +72,23 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from streams.kafka.settings import BOOTSTRAP_ENV
-from streams.kafka.topics import TopicNames
-from streams.client.control import (
-    ACTIONS,
-    HALT,
-    QUARANTINE,
-    RELEASE,
-    ROLLBACK,
-    ControlCommand,
-    ControlFetcher,
-    Fetched,
-    JobView,
-    Restored,
-    decide,
-)
+from streams.client.control import ControlFetcher, Fetched
 from streams.client.delivery import Delivery
 from streams.client.errors import ClientError, GateRefused
 from streams.client.gate import checkpoint_status
 from streams.client.hashing import hash_path
 from streams.client.journal import Journal, WalEntry
-from streams.files.atomic import atomic_write
+from streams.client.restored import Restored
 from streams.codec import Codec, EncodeError
+from streams.control.commands import ControlCommand
+from streams.control.decide import ACTIONS, HALT, QUARANTINE, RELEASE, ROLLBACK, JobView, decide
 from streams.core.chain import GENESIS, chain_hash
 from streams.core.errors import InvalidEvent
-from streams.core.events import CONSUMPTION_MODES, FINISH_STATUSES, Event, event_to_dict, parse_event
+from streams.core.events import CONSUMPTION_MODES, FINISH_STATUSES, Event, parse_event
+from streams.files.atomic import atomic_write
+from streams.kafka.errors import KafkaAdapterError
+from streams.kafka.settings import BOOTSTRAP_ENV, KafkaSettings
+from streams.kafka.topics import TopicNames
 
 log = logging.getLogger("traintrace.client")
 
@@ -106,12 +98,37 @@ QUARANTINE_FILE = "QUARANTINED"
 Callback = Callable[[ControlCommand], None]
 
 
+def _check_arguments(job_id: str, cohort_id: str, base_model: str, gate: str, buffer_max: int) -> None:
+    for name, value in (("job_id", job_id), ("cohort_id", cohort_id), ("base_model", base_model)):
+        if not isinstance(value, str) or not value or "\x00" in value:
+            raise ClientError(f"{name} must be a non-empty string without NUL, got {value!r}")
+    if gate not in GATE_MODES:
+        raise ClientError(f"gate must be one of {GATE_MODES}, got {gate!r}")
+    if buffer_max < 1:
+        raise ClientError(f"buffer_max must be >= 1, got {buffer_max}")
+
+
+def _kafka_settings(bootstrap: KafkaSettings | str | None) -> KafkaSettings:
+    """The client's Kafka settings: given, or those of the environment with ``bootstrap`` (or
+    ``$KAFKA_BOOTSTRAP_SERVERS``) as the servers."""
+    if isinstance(bootstrap, KafkaSettings):
+        return bootstrap
+    bootstrap = bootstrap or os.environ.get(BOOTSTRAP_ENV, "").strip()
+    if not bootstrap:
+        raise ClientError(f"no Kafka bootstrap servers: pass bootstrap= or set ${BOOTSTRAP_ENV}")
+    try:
+        return KafkaSettings.of(bootstrap)
+    except KafkaAdapterError as exc:  # e.g. an unreadable TRAINTRACE_KAFKA_CONFIG
+        raise ClientError(str(exc)) from exc
+
+
 class JobClient:
     """The training job's client (see the module doc).
 
     :param job_id, cohort_id, base_model: the job (SPEC §2, §4 ``JobStarted``).
     :param journal_dir: the job's local journal lives here (next to its checkpoints).
-    :param bootstrap: Kafka bootstrap servers (default ``$KAFKA_BOOTSTRAP_SERVERS``).
+    :param bootstrap: Kafka bootstrap servers (default ``$KAFKA_BOOTSTRAP_SERVERS``), or the
+        :class:`~streams.kafka.settings.KafkaSettings` of every client it makes.
     :param topics: topic names (default :meth:`TopicNames.from_env`).
     :param worker_url: a worker's HTTP address (``http://127.0.0.1:6066``) for the load-time
         gate; None turns the gate off.
@@ -135,7 +152,7 @@ class JobClient:
         base_model: str,
         *,
         journal_dir: str | os.PathLike[str],
-        bootstrap: str | None = None,
+        bootstrap: KafkaSettings | str | None = None,
         topics: TopicNames | None = None,
         worker_url: str | None = None,
         gate: str = "refuse",
@@ -152,20 +169,12 @@ class JobClient:
         producer_overrides: Mapping[str, Any] | None = None,
         follow_control: bool = True,
     ) -> None:
-        for name, value in (("job_id", job_id), ("cohort_id", cohort_id), ("base_model", base_model)):
-            if not isinstance(value, str) or not value or "\x00" in value:
-                raise ClientError(f"{name} must be a non-empty string without NUL, got {value!r}")
-        if gate not in GATE_MODES:
-            raise ClientError(f"gate must be one of {GATE_MODES}, got {gate!r}")
-        if buffer_max < 1:
-            raise ClientError(f"buffer_max must be >= 1, got {buffer_max}")
-        bootstrap = bootstrap or os.environ.get(BOOTSTRAP_ENV, "").strip()
-        if not bootstrap:
-            raise ClientError(f"no Kafka bootstrap servers: pass bootstrap= or set ${BOOTSTRAP_ENV}")
+        _check_arguments(job_id, cohort_id, base_model, gate, buffer_max)
+        self.kafka = _kafka_settings(bootstrap)
         self.job_id = job_id
         self.cohort_id = cohort_id
         self.base_model = base_model
-        self.bootstrap = bootstrap
+        self.bootstrap = self.kafka.bootstrap
         self.topics = topics or TopicNames.from_env()
         self.worker_url = worker_url
         self.gate = gate
@@ -185,27 +194,25 @@ class JobClient:
         self._closed = False
         self._inbox: list[Fetched] = []
         self._entries: dict[int, WalEntry] = {}   # unacknowledged events (for WAL compaction)
+        self._queue: queue.Queue[Fetched] = queue.Queue()
+        self._fetcher: ControlFetcher | None = None
         self.commands_applied = 0
         self.commands_seen = 0
+        self._open(fsync, producer_overrides, follow_control)
 
-        self._journal = Journal(self.journal_dir, job_id, cohort_id, base_model, fsync=fsync)
+    def _open(self, fsync: bool, producer_overrides: Mapping[str, Any] | None, follow_control: bool) -> None:
+        """Open the journal, the delivery (sending again what the last run left unacknowledged)
+        and the control fetcher; whatever was opened is closed again if a step fails."""
+        self._journal = Journal(self.journal_dir, self.job_id, self.cohort_id, self.base_model, fsync=fsync)
         delivery: Delivery | None = None
         try:
-            self._delivery = delivery = Delivery(bootstrap, self.topics.events, job_id, buffer_max=buffer_max,
-                                                 overrides=producer_overrides)
-            resend, self._journal.unacked = self._journal.unacked, []
-            for e in resend:
-                self._entries[e.seq] = e
-                self._delivery.send(e.seq, e.value, self._event_headers(e.type))
-            if resend:
-                log.info("traintrace client %s: sending again %d event(s) not acknowledged before the "
-                         "last exit (seq %d..%d)", job_id, len(resend), resend[0].seq, resend[-1].seq)
-            self._queue: queue.Queue[Fetched] = queue.Queue()
-            self._fetcher: ControlFetcher | None = None
+            self._delivery = delivery = Delivery(self.kafka, self.topics.events, self.job_id,
+                                                 buffer_max=self.buffer_max, overrides=producer_overrides)
+            self._resend_unacked()
             if follow_control:
                 st = self._journal.state
                 positions = st.control_positions if st.control_topic == self.topics.control else {}
-                self._fetcher = ControlFetcher(bootstrap, self.topics.control, job_id, positions,
+                self._fetcher = ControlFetcher(self.kafka, self.topics.control, self.job_id, positions,
                                                self._queue, self.codec)
                 self._fetcher.start()
         except BaseException:
@@ -213,6 +220,16 @@ class JobClient:
                 delivery.close(0)
             self._journal.close()
             raise
+
+    def _resend_unacked(self) -> None:
+        """Hand the delivery every event the journal says the broker never acknowledged."""
+        resend, self._journal.unacked = self._journal.unacked, []
+        for e in resend:
+            self._entries[e.seq] = e
+            self._delivery.send(e.seq, e.value, self._event_headers(e.type))
+        if resend:
+            log.info("traintrace client %s: sending again %d event(s) not acknowledged before the "
+                     "last exit (seq %d..%d)", self.job_id, len(resend), resend[0].seq, resend[-1].seq)
 
     # -- properties ------------------------------------------------------------------------------
 
@@ -400,8 +417,11 @@ class JobClient:
             except InvalidEvent as exc:
                 raise ClientError(f"{etype}: {exc}") from exc
             ev = replace(ev, hash=chain_hash(ev.prev_hash, ev))
+            # the checked dict itself is encoded, with its hash: parse_event changed nothing in
+            # it but ints given for doubles, which Avro writes the same
+            data["hash"] = ev.hash
             try:
-                value = self.codec.encode_event(event_to_dict(ev))
+                value = self.codec.encode_event(data)
             except EncodeError as exc:
                 raise ClientError(f"{etype}: field {exc.field!r}: {exc.message}") from exc
             entry = WalEntry(seq, inc, ev.hash, ts, etype, value,

@@ -1,4 +1,19 @@
-"""The fold of ``lineage.control``: per job the plan and the halt in force (pure)."""
+"""The fold of ``lineage.control``: per job the plan and the halt in force, what is superseded
+and the command ids already there (pure).
+
+The rules, in one place:
+
+- Plans: the last of a job's ``RollbackCommand`` / ``QuarantineNotice`` / ``PlanCleared`` is in
+  force; every earlier one is superseded by it; a ``PlanCleared`` means no plan. A
+  ``QuarantineNotice`` is the plan ``QUARANTINE`` (no target).
+- Halts: the last ``HaltCommand`` of a job is in force; reason ``RELEASE`` means not halted.
+- Command ids: every one folded, and every one a folded record names in ``supersedes``, is
+  taken (a worker never publishes it again).
+
+:class:`JobControl` folds one job's commands; :class:`ControlState` a whole topic's decoded
+records, job by job. The topic is keyed by ``job_id``, so partition order is a job's order;
+records of different jobs may interleave in any way.
+"""
 
 from __future__ import annotations
 
@@ -6,93 +21,147 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from streams.control.commands import PLAN_RECORDS, ControlCommand, command_from_record
 
-# plans and halts: the fold of lineage.control
-
-#: The control records that carry a job's plan; the last one of a job is its plan in force.
-PLAN_RECORDS = ("RollbackCommand", "QuarantineNotice", "PlanCleared")
+__all__ = ["PLAN_RECORDS", "ControlState", "JobControl", "fold_control"]
 
 
-def _plan_of(name: str, rec: Mapping[str, Any]) -> dict[str, Any] | None:
-    if name == "PlanCleared":
-        return None
-    plan: dict[str, Any] = {
-        "job_id": rec["job_id"],
-        "incarnation": rec["incarnation"],
-        "action": None,
-        "target_checkpoint_id": None,
-        "target_step": None,
-        "incident_ids": sorted(rec["incident_ids"]),
-        "command_id": rec["command_id"],
-    }
-    if name == "QuarantineNotice":
-        plan["action"] = "QUARANTINE"
-        plan["quarantined_checkpoint_ids"] = sorted(rec["quarantined_checkpoint_ids"])
-    else:
-        plan["action"] = rec["action"]
-        plan["target_checkpoint_id"] = rec.get("target_checkpoint_id")
-        plan["target_step"] = rec.get("target_step")
-    return plan
+@dataclass
+class JobControl:
+    """One job's control commands folded in topic order (the rules of the module doc).
+
+    It may start from what a job already knows: ``halted``, and ``applied``, the command ids it
+    already acted on — a halt or release among them is not counted again (a halt redelivered
+    after its release does not halt again). Plan records always count, applied or not: the
+    last one is in force. Positions (``plan_at``, ``halt_changed_at``) count the commands
+    folded, from 0.
+    """
+
+    halted: bool = False
+    applied: frozenset[str] | set[str] = frozenset()
+    #: the job's last plan record (a PlanCleared too) and its position
+    last_plan: ControlCommand | None = None
+    plan_at: int | None = None
+    #: the HaltCommand in force (None: not halted, or halted before the fold began)
+    halt: ControlCommand | None = None
+    #: the position of the halt or release that last changed ``halted``
+    halt_changed_at: int | None = None
+    #: every command id folded and every one they supersede
+    command_ids: set[str] = field(default_factory=set)
+    folded: int = 0
+
+    @property
+    def plan(self) -> ControlCommand | None:
+        """The plan in force: the last plan record, unless it is a ``PlanCleared``."""
+        if self.last_plan is None or self.last_plan.kind == "PlanCleared":
+            return None
+        return self.last_plan
+
+    def add(self, cmd: ControlCommand) -> None:
+        at = self.folded
+        self.folded += 1
+        self.command_ids.add(cmd.command_id)
+        if cmd.supersedes:
+            # superseded on the topic already: a replay that starts before the record that
+            # superseded it must not publish it after its successor
+            self.command_ids.add(cmd.supersedes)
+        if cmd.is_plan:
+            self.last_plan, self.plan_at = cmd, at
+        elif cmd.is_halt and cmd.command_id not in self.applied:
+            halted = not cmd.is_release
+            if halted != self.halted:
+                self.halted, self.halt_changed_at = halted, at
+            self.halt = cmd if halted else None
+
+    def superseded(self, at: int) -> bool:
+        """The plan record folded at ``at`` is superseded by a later one."""
+        return at != self.plan_at
+
+    def plan_row(self) -> dict[str, Any] | None:
+        """The plan in force in the shape of SPEC §11, with its ``command_id``."""
+        cmd = self.plan
+        if cmd is None:
+            return None
+        row: dict[str, Any] = {
+            "job_id": cmd.job_id,
+            "incarnation": cmd.incarnation,
+            "action": cmd.action,
+            "target_checkpoint_id": cmd.target_checkpoint_id,
+            "target_step": cmd.target_step,
+            "incident_ids": sorted(cmd.incident_ids),
+            "command_id": cmd.command_id,
+        }
+        if cmd.kind == "QuarantineNotice":
+            row["quarantined_checkpoint_ids"] = sorted(cmd.quarantined_checkpoint_ids)
+        return row
+
+    def halt_row(self) -> dict[str, Any] | None:
+        cmd = self.halt
+        if cmd is None:
+            return None
+        return {"job_id": cmd.job_id, "reason": cmd.reason, "detail": cmd.detail or ""}
 
 
 @dataclass
 class ControlState:
-    """The fold of ``lineage.control``: per job the plan and the halt in force.
+    """The fold of ``lineage.control``: a :class:`JobControl` per job.
 
-    Feed it the decoded records of a job in their order (the topic is keyed by ``job_id``, so
-    partition order is a job's order); records of different jobs may interleave in any way.
-
-    - Plans: the last of a job's ``RollbackCommand`` / ``QuarantineNotice`` / ``PlanCleared``
-      is in force; a ``PlanCleared`` means no plan; a command superseded by a later one is
-      folded away. A ``QuarantineNotice`` is the plan ``QUARANTINE`` (no target).
-    - Halts: the last ``HaltCommand`` of a job is in force; reason ``RELEASE`` means not halted.
-    - Records that do not decode (or decode to something malformed) are counted in
-      ``undecodable``; decoded records of other types in ``ignored``.
+    Feed it the decoded records in topic order (:meth:`add`). Records that do not decode (or
+    decode to something malformed) are counted in ``undecodable``; decoded records of other
+    types in ``ignored``.
     """
 
-    plans: dict[str, dict[str, Any]] = field(default_factory=dict)
-    halts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    jobs: dict[str, JobControl] = field(default_factory=dict)
     records: int = 0
     undecodable: int = 0
     ignored: int = 0
     undecodable_reasons: Counter[str] = field(default_factory=Counter)
 
     def add(self, name: str, record: Mapping[str, Any]) -> None:
+        try:
+            cmd = command_from_record(name, record)
+        except (KeyError, TypeError, AttributeError):
+            self.add_undecodable("MALFORMED")
+            return
         self.records += 1
-        if name not in PLAN_RECORDS and name != "HaltCommand":
+        if cmd is None:
             self.ignored += 1
             return
-        try:
-            job_id = record["job_id"]
-            if not isinstance(job_id, str):
-                raise TypeError("job_id")
-            if name in PLAN_RECORDS:
-                plan = _plan_of(name, record)
-                if plan is None:
-                    self.plans.pop(job_id, None)
-                else:
-                    self.plans[job_id] = plan
-            elif name == "HaltCommand":
-                reason = record["reason"]
-                if reason == "RELEASE":
-                    self.halts.pop(job_id, None)
-                else:
-                    self.halts[job_id] = {"job_id": job_id, "reason": reason,
-                                          "detail": record.get("detail") or ""}
-        except (KeyError, TypeError, AttributeError):
-            self.records -= 1
-            self.add_undecodable("MALFORMED")
+        self.jobs.setdefault(cmd.job_id, JobControl()).add(cmd)
 
     def add_undecodable(self, reason: str = "UNDECODABLE") -> None:
         self.records += 1
         self.undecodable += 1
         self.undecodable_reasons[reason] += 1
 
+    @property
+    def plans(self) -> dict[str, dict[str, Any]]:
+        """job_id -> the plan in force (:meth:`JobControl.plan_row`), for the jobs with one."""
+        rows = {job_id: job.plan_row() for job_id, job in self.jobs.items()}
+        return {job_id: row for job_id, row in rows.items() if row is not None}
+
+    @property
+    def halts(self) -> dict[str, dict[str, Any]]:
+        """job_id -> the halt in force (``job_id``, ``reason``, ``detail``), for halted jobs."""
+        rows = {job_id: job.halt_row() for job_id, job in self.jobs.items()}
+        return {job_id: row for job_id, row in rows.items() if row is not None}
+
+    @property
+    def command_ids(self) -> set[str]:
+        """Every command id on the topic, or superseded by one there."""
+        return set().union(*(job.command_ids for job in self.jobs.values()))
+
+    @property
+    def last_plans(self) -> dict[str, tuple[str, str]]:
+        """job_id -> (record name, command_id) of the job's last plan record."""
+        return {job_id: (job.last_plan.kind, job.last_plan.command_id)
+                for job_id, job in self.jobs.items() if job.last_plan is not None}
+
     def to_dict(self) -> dict[str, list[dict[str, Any]]]:
         """``{"plans": [...], "halts": [...]}``, each sorted by ``job_id`` (SPEC §11 shapes,
         plans with their ``command_id``)."""
-        return {"plans": [dict(self.plans[j]) for j in sorted(self.plans)],
-                "halts": [dict(self.halts[j]) for j in sorted(self.halts)]}
+        plans, halts = self.plans, self.halts
+        return {"plans": [plans[j] for j in sorted(plans)], "halts": [halts[j] for j in sorted(halts)]}
 
 
 def fold_control(items: Iterable[tuple[str, Mapping[str, Any]] | BaseException | None]) -> ControlState:

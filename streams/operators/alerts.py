@@ -6,11 +6,12 @@ from typing import Any, Callable, Iterable, Iterator
 
 from streams.codec import Codec, DecodeError, SchemaRegistryUnavailable
 from streams.kafka import reader
+from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames
 from streams.operators.errors import OperatorError
 
 
-def alerts(bootstrap: str, topics: TopicNames, codec: Codec | None = None, follow: bool = False,
+def alerts(kafka: KafkaSettings | str, topics: TopicNames, codec: Codec | None = None, follow: bool = False,
            from_beginning: bool = False, *, idle_timeout: float | None = None,
            max_messages: int | None = None,
            on_skip: Callable[[reader.Message, str], None] | None = None) -> Iterator[dict[str, Any]]:
@@ -26,9 +27,9 @@ def alerts(bootstrap: str, topics: TopicNames, codec: Codec | None = None, follo
         return
     if follow:
         messages: Iterable[reader.Message] = reader.follow(
-            bootstrap, topics.alerts, from_beginning, idle_timeout=idle_timeout)
+            kafka, topics.alerts, from_beginning, idle_timeout=idle_timeout)
     else:
-        messages = reader.read_to_end(bootstrap, topics.alerts)
+        messages = reader.read_to_end(kafka, topics.alerts)
     seen = 0
     for msg in messages:
         try:

@@ -21,7 +21,7 @@ from streams.codec import Codec, EncodeError
 from streams.core.events import event_to_dict
 from streams.files.jsonl import JsonlError, LineError, open_text, read_events
 from streams.kafka import reader
-from streams.kafka.settings import producer_config
+from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames
 from streams.operators.errors import OperatorError
 
@@ -119,11 +119,12 @@ def _line_of(path: str, nth: int) -> int | None:
     return None
 
 
-def _producer(bootstrap: str, timeout: float) -> Producer:
-    return Producer(producer_config(bootstrap, **{"message.timeout.ms": int(timeout * 1000)}))
+def _producer(kafka: KafkaSettings, timeout: float) -> Producer:
+    """An operator's producer: the settings' idempotent one, giving up after ``timeout``."""
+    return kafka.producer(**{"message.timeout.ms": int(timeout * 1000)})
 
 
-def publish_file(path: str, bootstrap: str, topics: TopicNames, codec: Codec | None = None,
+def publish_file(path: str, kafka: KafkaSettings | str, topics: TopicNames, codec: Codec | None = None,
                  skip_invalid: bool = False, progress: ProgressFn | None = None,
                  timeout: float = 60.0) -> PublishResult:
     """Publish the events of a JSON Lines file (``-`` for stdin) to ``topics.events``.
@@ -138,20 +139,22 @@ def publish_file(path: str, bootstrap: str, topics: TopicNames, codec: Codec | N
     :class:`TopicNotFound` / :class:`BrokerUnreachable` before reading the file when the topic
     is missing or Kafka cannot be reached (the topic is never auto-created).
     """
+    kafka = KafkaSettings.of(kafka)
     codec = codec or Codec()
     topic = topics.events
-    reader.topic_partitions(bootstrap, topic)
+    reader.topic_partitions(kafka, topic)
     with tempfile.TemporaryFile(prefix="traintrace-publish-") as spool:
         by_type, skipped, count = _spool_events(path, codec, spool, skip_invalid, progress)
         spool.seek(0)
         headers = [codec.headers.event(t) for t in codec.event_types]
-        delivered = _produce_spool(spool, count, bootstrap, topic, timeout, progress, headers)
+        delivered = _produce_spool(spool, count, kafka, topic, timeout, progress, headers)
     return PublishResult(topic, delivered, dict(by_type), skipped)
 
 
-def _produce_spool(spool: IO[bytes], count: int, bootstrap: str, topic: str, timeout: float,
+def _produce_spool(spool: IO[bytes], count: int, kafka: KafkaSettings, topic: str, timeout: float,
                    progress: ProgressFn | None, headers: list[list[tuple[str, bytes]]]) -> int:
-    producer = _producer(bootstrap, timeout)
+    bootstrap = kafka.bootstrap
+    producer = _producer(kafka, timeout)
     delivered = 0
     errors: list[str] = []
 

@@ -13,6 +13,7 @@ from confluent_kafka import KafkaException
 from streams.codec import Codec
 from streams.core.ids import hash_parts
 from streams.kafka import reader
+from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames
 from streams.operators.errors import OperatorError
 from streams.operators.publish import _producer
@@ -33,7 +34,7 @@ def _operator_name() -> str:
         return "unknown"
 
 
-def release_job(bootstrap: str, topics: TopicNames, job_id: str, operator: str | None = None,
+def release_job(kafka: KafkaSettings | str, topics: TopicNames, job_id: str, operator: str | None = None,
                 cohort_id: str | None = None, *, codec: Codec | None = None,
                 issued_ts: int | None = None, timeout: float = 30.0) -> dict[str, Any]:
     """Release a halted job: produce a ``HaltCommand`` with reason ``RELEASE`` to
@@ -44,9 +45,11 @@ def release_job(bootstrap: str, topics: TopicNames, job_id: str, operator: str |
     """
     if not job_id:
         raise ValueError("job_id must not be empty")
+    kafka = KafkaSettings.of(kafka)
+    bootstrap = kafka.bootstrap
     codec = codec or Codec()
     topic = topics.control
-    reader.topic_partitions(bootstrap, topic)
+    reader.topic_partitions(kafka, topic)
     ts = int(time.time() * 1000) if issued_ts is None else int(issued_ts)
     record = {
         "command_id": release_command_id(job_id, ts),
@@ -59,7 +62,7 @@ def release_job(bootstrap: str, topics: TopicNames, job_id: str, operator: str |
     }
     value = codec.encode_record("HaltCommand", record)
     headers = codec.headers.record("HaltCommand")
-    producer = _producer(bootstrap, timeout)
+    producer = _producer(kafka, timeout)
     errors: list[str] = []
 
     def on_delivery(err: Any, _msg: Any) -> None:

@@ -25,7 +25,7 @@ import streams.demo  # noqa: F401  before numpy: one BLAS thread per process (st
 import numpy as np
 import pytest
 
-from streams.client.control import Restored
+from streams.client import Restored
 from streams.core.decide import Lineage, PlanChanged
 from streams.core.events import parse_event
 from streams.demo import model as M

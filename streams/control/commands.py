@@ -1,0 +1,87 @@
+"""The records of ``lineage.control`` as commands: one mapping from a decoded record to a
+:class:`ControlCommand`, for the job client, ``traintrace plans`` and the worker alike."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+#: The control records that carry a job's plan; the last one of a job is its plan in force.
+PLAN_RECORDS = ("RollbackCommand", "QuarantineNotice", "PlanCleared")
+HALT_RECORD = "HaltCommand"
+CONTROL_RECORDS = (*PLAN_RECORDS, HALT_RECORD)
+#: the reason of the HaltCommand that lifts a halt (``traintrace release``)
+RELEASE_REASON = "RELEASE"
+
+
+@dataclass(frozen=True)
+class ControlCommand:
+    """One record of ``lineage.control``, flattened.
+
+    ``kind``: the record name. ``action``: ``ROLLBACK`` / ``RESTART_FROM_BASE`` /
+    ``RESTART_FROM_SCRATCH`` (RollbackCommand), ``QUARANTINE``, ``CLEAR`` (PlanCleared), or the
+    halt reason (``UNREGISTERED``, ..., ``RELEASE``) of a HaltCommand. ``record`` is the decoded
+    record as it was on the topic; ``outcome`` what the job client did with it
+    (:func:`streams.control.decide.decide`).
+    """
+
+    kind: str
+    command_id: str
+    job_id: str
+    action: str
+    incarnation: int | None = None
+    target_checkpoint_id: str | None = None
+    target_step: int | None = None
+    incident_ids: tuple[str, ...] = ()
+    quarantined_checkpoint_ids: tuple[str, ...] = ()
+    supersedes: str | None = None
+    reason: str | None = None
+    detail: str | None = None
+    issued_ts: int | None = None
+    partition: int | None = None
+    offset: int | None = None
+    record: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    outcome: str | None = None
+
+    @property
+    def is_plan(self) -> bool:
+        return self.kind in PLAN_RECORDS
+
+    @property
+    def is_halt(self) -> bool:
+        """A ``HaltCommand``: a halt, or (:attr:`is_release`) the release of one."""
+        return self.kind == HALT_RECORD
+
+    @property
+    def is_release(self) -> bool:
+        return self.kind == HALT_RECORD and self.action == RELEASE_REASON
+
+
+def command_from_record(name: str, rec: Mapping[str, Any], partition: int | None = None,
+                        offset: int | None = None) -> ControlCommand | None:
+    """The :class:`ControlCommand` of a decoded control record, None for other records.
+
+    Raises KeyError / TypeError for a record that lacks what its kind needs (a record that
+    decoded from Avro never does)."""
+    if name not in CONTROL_RECORDS:
+        return None
+    for key in ("command_id", "job_id"):
+        if not isinstance(rec[key], str):
+            raise TypeError(f"{name}.{key} is not a string")
+    common = dict(kind=name, command_id=rec["command_id"], job_id=rec["job_id"],
+                  issued_ts=rec.get("issued_ts"), partition=partition, offset=offset, record=dict(rec))
+    if name == "RollbackCommand":
+        return ControlCommand(action=rec["action"], incarnation=rec["incarnation"],
+                              target_checkpoint_id=rec.get("target_checkpoint_id"),
+                              target_step=rec.get("target_step"),
+                              incident_ids=tuple(rec.get("incident_ids") or ()),
+                              supersedes=rec.get("supersedes"), **common)
+    if name == "QuarantineNotice":
+        return ControlCommand(action="QUARANTINE", incarnation=rec["incarnation"],
+                              incident_ids=tuple(rec.get("incident_ids") or ()),
+                              quarantined_checkpoint_ids=tuple(rec.get("quarantined_checkpoint_ids") or ()),
+                              supersedes=rec.get("supersedes"), **common)
+    if name == "PlanCleared":
+        return ControlCommand(action="CLEAR", incarnation=rec["incarnation"], supersedes=rec.get("supersedes"),
+                              reason=rec.get("reason"), **common)
+    return ControlCommand(action=rec["reason"], reason=rec["reason"], detail=rec.get("detail"), **common)
