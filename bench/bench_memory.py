@@ -1,7 +1,7 @@
 """Memory of a live worker's fold (issue 10 item 6): what each folded event leaves behind.
 
 Folds a generated stream through one :class:`~streams.referee.referee.Referee` in-process, the
-way the decide agent of ``traintrace worker`` does (``streams/worker/faust_app.py``):
+way the decide agent of ``traintrace worker`` does (``streams/worker/stages.py``):
 
 - events are routed by cohort (:class:`~streams.core.cohorts.CohortRouter`) and cut into input
   batches (a new batch when the cohort changes or at ``--batch`` events; a batch's events share
@@ -13,7 +13,7 @@ way the decide agent of ``traintrace worker`` does (``streams/worker/faust_app.p
 - ``referee.commitments(ts)`` after a batch that published a manifest, and every
   ``--commit-every`` (10k) events with ``referee.tick`` and ``due_ticks`` (the worker's timers);
 - the ``CheckpointStatus`` records published go through the worker's checkpoint view
-  (``faust_app.CheckpointView``: every worker decodes the compacted ``lineage.checkpoints`` back
+  (``checkpoint_view.CheckpointView``: every worker decodes the compacted ``lineage.checkpoints`` back
   into a dict checkpoint_id -> record, for ``/checkpoints/{id}``); ``--no-view`` leaves it out.
 
 The events are those of the ``kill -9`` integration test scaled up (``generate_cohorts`` with
@@ -56,7 +56,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from streams.worker.faust_app import CheckpointView  # noqa: E402
+from streams.worker.checkpoint_view import CheckpointView  # noqa: E402
 from streams.referee.referee import Referee  # noqa: E402
 from streams.codec import Codec  # noqa: E402
 from streams.core.cohorts import CohortRouter  # noqa: E402

@@ -28,9 +28,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import TopicPartition  # noqa: E402
 
-from streams.kafka.settings import client_logger, consumer_config, producer_config  # noqa: E402
+from streams.kafka.settings import KafkaSettings  # noqa: E402
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics  # noqa: E402
 from streams.codec import Codec  # noqa: E402
 from streams.testing.cohort import generate_cohorts  # noqa: E402
@@ -44,7 +44,7 @@ def produce(bootstrap: str, topic: str, events) -> int:
 
 
 def raw_consume_decode(bootstrap: str, topic: str, n: int) -> float:
-    c = Consumer(consumer_config(bootstrap, f"bench-raw-{uuid.uuid4().hex[:6]}", logger=client_logger))
+    c = KafkaSettings.of(bootstrap).consumer(f"bench-raw-{uuid.uuid4().hex[:6]}")
     md = c.list_topics(topic, timeout=10)
     c.assign([TopicPartition(topic, p, 0) for p in md.topics[topic].partitions])
     got = 0
@@ -151,8 +151,7 @@ def latency(bootstrap: str, args, tmp: Path) -> dict:
     stop = threading.Event()
 
     def follow() -> None:
-        c = Consumer(consumer_config(bootstrap, f"bench-lat-{uuid.uuid4().hex[:6]}", logger=client_logger,
-                                     **{"fetch.wait.max.ms": 5}))
+        c = KafkaSettings.of(bootstrap).consumer(f"bench-lat-{uuid.uuid4().hex[:6]}", **{"fetch.wait.max.ms": 5})
         md = c.list_topics(topics.control, timeout=10)
         c.assign([TopicPartition(topics.control, p, 0) for p in md.topics[topics.control].partitions])
         while not stop.is_set():
@@ -169,7 +168,7 @@ def latency(bootstrap: str, args, tmp: Path) -> dict:
         for w in workers:
             w.wait_ready()
         th.start()
-        p = Producer(producer_config(bootstrap, **{"linger.ms": 0}))
+        p = KafkaSettings.of(bootstrap).producer(**{"linger.ms": 0})
         lat = []
         t0 = int(time.time() * 1000)
         for k in range(args.incidents):

@@ -8,6 +8,8 @@ left behind on the broker) with ``isolation.level=read_committed``:
   afterwards are not read, so the answer is a snapshot.
 - :func:`follow` keeps yielding new records until interrupted (or until idle for
   ``idle_timeout`` seconds, or ``max_messages`` records).
+- :func:`read_range` reads given offset ranges of given partitions (a worker's replay of a
+  partition, records its Faust consumer skipped, the partitions of a map it owns).
 
 Records of one partition come out in offset order; partitions are interleaved in arrival order.
 Topics are looked up with a consumer that never asks the broker to auto-create them, so reading
@@ -313,5 +315,74 @@ def follow(kafka: KafkaSettings | str, topic: str, from_beginning: bool = False,
             seen += 1
             if max_messages is not None and seen >= max_messages:
                 return
+    finally:
+        consumer.close()
+
+
+class PartitionNotFound(ReaderError):
+    """A partition asked for that the topic does not have."""
+
+
+def read_range(kafka: KafkaSettings | str, topic: str, ranges: dict[int, tuple[int, int | None]],
+               timeout: float = 30.0, batch: int = 500, complete: set[int] | None = None) -> Iterator[Any]:
+    """The records of ``topic``'s partitions at offsets ``ranges[partition] = (start, end)``
+    (``end`` None: the partition's end offset when the read starts), as confluent-kafka messages
+    (headers included), in offset order within a partition.
+
+    A partition's read stops at its end: a record at or past ``end``, or the end of what is
+    readable now (records not written yet), so fewer records than asked for may come back:
+    ``complete`` (when given) gets the partitions read up to their ``end``. ``timeout`` bounds
+    each stretch with no progress. Raises :class:`TopicNotFound`, :class:`BrokerUnreachable` or
+    :class:`ReaderError` (:class:`PartitionNotFound` for a partition the topic does not have)."""
+    kafka = KafkaSettings.of(kafka)
+    bootstrap = kafka.bootstrap
+    c = _consumer(kafka)
+    consumer = c.consumer
+    try:
+        have = _partitions(c, bootstrap, topic, min(timeout, CONNECT_TIMEOUT))
+        missing = sorted(set(ranges) - set(have))
+        if missing:
+            raise PartitionNotFound(f"topic {topic!r} on {bootstrap} has no partition {missing}")
+        ends: dict[int, int] = {}
+        for p, (start, end) in ranges.items():
+            if end is None:
+                end = _watermarks(consumer, bootstrap, topic, p, timeout)[1]
+            if end > start:
+                ends[p] = end
+            elif complete is not None:
+                complete.add(p)
+        if not ends:
+            return
+        consumer.assign([TopicPartition(topic, p, ranges[p][0]) for p in sorted(ends)])
+        last_progress = time.monotonic()
+        while ends:
+            # consume() waits for the whole count or the timeout: keep the timeout short
+            msgs = consumer.consume(batch, timeout=0.1)
+            if not msgs:
+                if time.monotonic() - last_progress > timeout:
+                    raise ReaderError(f"reading {topic!r}{sorted(ends)} on {bootstrap} made no progress "
+                                      f"for {timeout:g}s")
+                continue
+            last_progress = time.monotonic()
+            for msg in msgs:
+                p = msg.partition()
+                if p not in ends:
+                    continue
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        del ends[p]
+                    elif _fatal(err):
+                        raise ReaderError(f"reading {topic!r} on {bootstrap} failed: {err.str()}")
+                    else:
+                        client_logger.warning("reading %s: %s", topic, err.str())
+                    continue
+                offset, end = msg.offset(), ends[p]
+                if offset + 1 >= end:  # the last one asked for, or one past it (a gap before it)
+                    del ends[p]
+                    if complete is not None:
+                        complete.add(p)
+                if offset < end:
+                    yield msg
     finally:
         consumer.close()

@@ -4,7 +4,8 @@ It holds one core engine per cohort (the cohorts of the partitions this worker o
 each routed event, and turns the decisions into :class:`~streams.referee.records.Emission`
 records for the output topics. It is deterministic in the events it is given: replaying a
 partition from its start rebuilds exactly the state (engines, manifest versions, snapshots) a
-crashed worker had, which is how a restarted or new worker recovers (see ``faust_app``).
+crashed worker had, which is how a restarted or new worker recovers (see
+``streams.worker.recovery``).
 
 Commands are published at most once per ``command_id``: ``published`` holds the ids already
 on ``lineage.control`` (read back on recovery), and a replayed decision is never re-sent.

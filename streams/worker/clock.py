@@ -25,16 +25,22 @@ import time
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from streams.kafka.settings import consumer_config
+from streams.kafka.settings import KafkaSettings
 
 log = logging.getLogger("traintrace.worker")
 
 
-def one_record_config(bootstrap: str, group: str) -> dict:
+def now_ms() -> int:
+    """The wall clock in integer milliseconds (what Kafka timestamps are)."""
+    return int(time.time() * 1000)
+
+
+def one_record_config(kafka: KafkaSettings | str, group: str) -> dict:
     """A consumer that reads one record at a time (no prefetching of whole partitions)."""
-    return consumer_config(bootstrap, group, **{"enable.partition.eof": True, "queued.min.messages": 1,
-                                                "queued.max.messages.kbytes": 1024,
-                                                "max.partition.fetch.bytes": 262144})
+    kafka = KafkaSettings.of(kafka)
+    return kafka.consumer_config(group, **{"enable.partition.eof": True, "queued.min.messages": 1,
+                                           "queued.max.messages.kbytes": 1024,
+                                           "max.partition.fetch.bytes": 262144})
 
 
 def first_record(consumer: Consumer, topic: str, partition: int, offset: int, timeout: float):
@@ -61,15 +67,16 @@ class InputClock:
     """Reads the input watermark of ``topic`` for consumer group ``group`` (thread-safe,
     blocking: call it from an executor)."""
 
-    def __init__(self, bootstrap: str, topic: str, group: str, slack_ms: int = 1000) -> None:
+    def __init__(self, kafka: KafkaSettings | str, topic: str, group: str, slack_ms: int = 1000) -> None:
+        kafka = KafkaSettings.of(kafka)
         self.topic = topic
         self.group = group
         self.slack_ms = slack_ms
         self._lock = threading.Lock()
         # committed offsets are read through a consumer of the group that never subscribes
         # (so it does not join it); records are fetched by a second, group-less one
-        self._offsets = Consumer(consumer_config(bootstrap, group, **{"enable.partition.eof": False}))
-        self._fetch = Consumer(one_record_config(bootstrap, f"{group}-clock"))
+        self._offsets = kafka.consumer(group, **{"enable.partition.eof": False})
+        self._fetch = Consumer(one_record_config(kafka, f"{group}-clock"))
         self._ts_cache: dict[tuple[int, int], int] = {}
 
     def close(self) -> None:

@@ -17,12 +17,11 @@ no local state to go stale.
 
 from __future__ import annotations
 
-import time
 from typing import Iterator, MutableMapping
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-from streams.kafka.settings import consumer_config
+from streams.kafka.reader import PartitionNotFound, read_range
+from streams.kafka.settings import KafkaSettings
+from streams.worker.errors import WorkerError
 
 HEADERS = [("traintrace.type", b"JobCohort"), ("content-type", b"text/plain; charset=utf-8")]
 
@@ -61,40 +60,14 @@ class JobCohortMap(MutableMapping[str, str]):
         return out
 
 
-def read_map_partitions(bootstrap: str, topic: str, partitions: list[int], group: str,
+def read_map_partitions(kafka: KafkaSettings | str, topic: str, partitions: list[int],
                         timeout: float = 60.0) -> dict[str, str]:
     """Every entry of ``topic``'s ``partitions``, read to their current end."""
-    consumer = Consumer(consumer_config(bootstrap, group, **{"enable.partition.eof": True}))
     out: dict[str, str] = {}
     try:
-        md = consumer.list_topics(topic, timeout=30)
-        have = md.topics[topic].partitions if topic in md.topics else {}
-        missing = [p for p in partitions if p not in have]
-        if missing:
-            raise RuntimeError(f"topic {topic} has no partition {missing} (it needs as many partitions as "
-                               f"lineage.events)")
-        ends = {}
-        for p in partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
-            if high > low:
-                ends[p] = high
-        if not ends:
-            return out
-        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-        done: set[int] = set()
-        deadline = time.monotonic() + timeout
-        while len(done) < len(ends):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"reading {topic}{sorted(ends)} stalled")
-            for msg in consumer.consume(1000, timeout=0.2):
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        done.add(msg.partition())
-                    continue
-                if msg.key() is not None and msg.value() is not None:
-                    out.setdefault(msg.key().decode("utf-8"), msg.value().decode("utf-8"))
-                if msg.offset() + 1 >= ends[msg.partition()]:
-                    done.add(msg.partition())
-        return out
-    finally:
-        consumer.close()
+        for msg in read_range(kafka, topic, {p: (0, None) for p in partitions}, timeout=timeout, batch=1000):
+            if msg.key() is not None and msg.value() is not None:
+                out.setdefault(msg.key().decode("utf-8"), msg.value().decode("utf-8"))
+    except PartitionNotFound as exc:
+        raise WorkerError(f"{exc} (it needs as many partitions as lineage.events)") from exc
+    return out

@@ -109,3 +109,17 @@ def observe_published(emissions: Iterable, published_s: float | None = None) -> 
 def render() -> bytes:
     """``/metrics``: the registry in the Prometheus text format (:data:`CONTENT_TYPE`)."""
     return generate_latest(REGISTRY)
+
+
+def observe_lag(consumer, inputs: Iterable) -> None:
+    """``traintrace_consumer_lag_records`` of each owned partition of ``inputs``
+    (:class:`~streams.worker.positions.InputPartitions`), from the high watermarks Faust's
+    ``consumer`` knows."""
+    try:
+        for tp in consumer.assignment():
+            hw = consumer.highwater(tp)
+            for inp in inputs:
+                if tp.topic == inp.topic and tp.partition in inp.owned:
+                    LAG.labels(tp.topic, str(tp.partition)).set(max(0, (hw or 0) - inp.position.get(tp.partition, 0)))
+    except Exception:  # pragma: no cover - metrics only
+        pass

@@ -20,10 +20,9 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import TopicPartition
 
-from streams.kafka.settings import client_logger, producer_config
+from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames
 
 
@@ -97,10 +96,9 @@ class WorkerProcess:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
 
 
-def group_lag(bootstrap: str, app_id: str, topics: list[str]) -> dict[str, int]:
+def group_lag(kafka: KafkaSettings | str, app_id: str, topics: list[str]) -> dict[str, int]:
     """Per topic, high watermarks minus the group's committed offsets (summed over partitions)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": app_id, "enable.auto.commit": False,
-                         "logger": client_logger})
+    consumer = KafkaSettings.of(kafka).consumer(app_id)
     try:
         out: dict[str, int] = {}
         for topic in topics:
@@ -117,15 +115,16 @@ def group_lag(bootstrap: str, app_id: str, topics: list[str]) -> dict[str, int]:
         consumer.close()
 
 
-def wait_quiescent(bootstrap: str, app_id: str, topics: TopicNames, timeout: float = 120.0,
+def wait_quiescent(kafka: KafkaSettings | str, app_id: str, topics: TopicNames, timeout: float = 120.0,
                    settle: float = 1.5) -> dict[str, int]:
     """Wait until the processor has committed everything routed and folded, twice in a row
     ``settle`` seconds apart. Returns the last lags (all zero) or raises TimeoutError."""
+    kafka = KafkaSettings.of(kafka)
     deadline = time.monotonic() + timeout
     streak = 0
     last: dict[str, int] = {}
     while time.monotonic() < deadline:
-        last = group_lag(bootstrap, app_id, [topics.events, topics.by_cohort])
+        last = group_lag(kafka, app_id, [topics.events, topics.by_cohort])
         if all(v == 0 for v in last.values()):
             streak += 1
             if streak >= 2:
@@ -136,18 +135,14 @@ def wait_quiescent(bootstrap: str, app_id: str, topics: TopicNames, timeout: flo
     raise TimeoutError(f"pipeline not quiescent after {timeout}s: lag {last}")
 
 
-def new_admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap})
-
-
-def produce_events(bootstrap: str, topic: str, events, codec=None) -> int:
+def produce_events(kafka: KafkaSettings | str, topic: str, events, codec=None) -> int:
     """Produce event dicts to ``topic`` keyed by job_id, with the headers of their type
     (``codec.headers.event``), as fast as the client allows (waits for room when its buffer is
     full); returns how many."""
     from streams.codec import Codec
 
     codec = codec or Codec()
-    p = Producer(producer_config(bootstrap, **{"linger.ms": 20, "batch.num.messages": 10000}))
+    p = KafkaSettings.of(kafka).producer(**{"linger.ms": 20, "batch.num.messages": 10000})
     n = 0
     for d in events:
         while True:

@@ -8,13 +8,10 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streams.kafka.settings import BOOTSTRAP_ENV
+from streams.kafka.settings import BOOTSTRAP_ENV, KafkaSettings
 from streams.kafka.topics import TopicNames
 from streams.core.state import Config
 
-#: the ``client.id`` of the confluent-kafka clients a process makes through
-#: ``producer_config``/``consumer_config`` without an explicit one (a worker sets its own)
-CLIENT_ID_ENV = "TRAINTRACE_CLIENT_ID"
 #: where ``WorkerSettings.from_env`` looks when neither KAFKA_BOOTSTRAP_SERVERS is set nor the
 #: local broker (``traintrace broker start``) runs: the Docker broker's address
 FALLBACK_BOOTSTRAP = "localhost:9092"
@@ -58,17 +55,18 @@ class WorkerSettings:
     #: Kafka client id of this worker: ``client.id`` of its confluent-kafka clients and Faust's
     #: ``broker_client_id``; empty: ``traintrace-<host name>-<web port>``
     client_id: str = ""
+    #: what every Kafka client of the worker (confluent-kafka and Faust) is built from; None:
+    #: ``bootstrap`` and ``client_id`` with the environment's other settings
+    #: (``KafkaSettings.from_env``: ``TRAINTRACE_KAFKA_CONFIG``, ...)
+    kafka: KafkaSettings | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not self.client_id:
             self.client_id = kafka_client_id(socket.gethostname(), self.web_port)
-
-    def use_client_id(self) -> str:
-        """Make ``client_id`` the process's Kafka client id and return it (for Faust's
-        ``broker_client_id``): ``producer_config``/``consumer_config`` put it in ``client.id``
-        of every confluent-kafka client created afterwards (through ``TRAINTRACE_CLIENT_ID``)."""
-        os.environ[CLIENT_ID_ENV] = self.client_id
-        return self.client_id
+        if self.kafka is None:
+            self.kafka = KafkaSettings.from_env(bootstrap=self.bootstrap, client_id=self.client_id)
+        elif self.kafka.client_id is None:
+            self.kafka = self.kafka.with_client_id(self.client_id)
 
     @classmethod
     def from_env(cls) -> "WorkerSettings":

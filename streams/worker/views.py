@@ -35,19 +35,18 @@ def register(app, referee, ckview, lock) -> None:
                    for j in sorted(lin.state.jobs.values(), key=lambda j: j.job_id)]
             return web.json({"cohorts": sorted(referee.engines), "jobs": out})
 
-    @app.page("/incidents")
-    async def incidents(web, request):
-        async with lock:
-            out = [v for lin in referee.engines.values() for v in lin.incidents.values()]
-            out.sort(key=lambda v: v["incident_id"])
-            return web.json({"cohorts": sorted(referee.engines), "incidents": out})
+    def every_engine(name: str, key: str):
+        """``/{name}``: the records every engine holds in its ``name`` dict, sorted by ``key``."""
+        async def page(web, request):
+            async with lock:
+                out = [v for lin in referee.engines.values() for v in getattr(lin, name).values()]
+                out.sort(key=lambda v: v[key])
+                return web.json({"cohorts": sorted(referee.engines), name: out})
+        page.__name__ = page.__qualname__ = name
+        app.page(f"/{name}")(page)
 
-    @app.page("/plans")
-    async def plans(web, request):
-        async with lock:
-            out = [p for lin in referee.engines.values() for p in lin.plans.values()]
-            out.sort(key=lambda p: p["job_id"])
-            return web.json({"cohorts": sorted(referee.engines), "plans": out})
+    every_engine("incidents", "incident_id")
+    every_engine("plans", "job_id")
 
     @app.page("/checkpoints/{checkpoint_id}")
     async def checkpoint(web, request, checkpoint_id: str):

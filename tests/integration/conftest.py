@@ -59,9 +59,9 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def kafka_admin(kafka_bootstrap: str) -> Any:
     """A confluent-kafka ``AdminClient`` on the session broker."""
-    from confluent_kafka.admin import AdminClient
+    from streams.kafka.settings import KafkaSettings
 
-    return AdminClient({"bootstrap.servers": kafka_bootstrap})
+    return KafkaSettings.of(kafka_bootstrap).admin()
 
 
 def _wait_for_topic(admin: Any, topic: str, partitions: int, timeout: float = 30.0) -> None:

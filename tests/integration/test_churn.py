@@ -24,9 +24,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
-from streams.kafka.settings import producer_config
+from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
 from streams.codec import Codec
 from streams.audit.analyze import analyze_file
@@ -77,7 +76,7 @@ class Feeder(threading.Thread):
     def __init__(self, bootstrap: str, topic: str, events: list[dict], seconds: float,
                  poison_every: int = 997) -> None:
         super().__init__(daemon=True)
-        self.producer = Producer(producer_config(bootstrap, **{"linger.ms": 5}))
+        self.producer = KafkaSettings.of(bootstrap).producer(**{"linger.ms": 5})
         self.topic = topic
         self.events = events
         self.seconds = seconds

@@ -5,7 +5,7 @@ beyond the changelog's high watermark (another app id's or another cluster's dat
 worker crashed at every restart. The worker keeps no Faust table any more (the router's map is
 ``streams.worker.jobmap``, read from Kafka at every assignment), so that crash cannot happen; the
 data dir still records which app id owns it (``streams.worker.datadir``), and a worker of another
-app id is refused in one line. The marker and cache logic itself is unit-tested in
+app id is refused in one line. The marker logic itself is unit-tested in
 tests/unit/test_datadir.py.
 """
 
@@ -18,12 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaException, TopicCollection
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
-from streams.worker.datadir import MARKER_NAME, prepare_data_dir
-from streams.worker.settings import WorkerSettings
+from streams.worker.datadir import MARKER_NAME
 from streams.operators.publish import publish_file
 from streams.worker.process import WorkerProcess, wait_quiescent
 
@@ -39,14 +36,6 @@ class Setup:
     topics: TopicNames
     app_id: str
     data_dir: Path
-
-    def settings(self, app_id: str | None = None) -> WorkerSettings:
-        return WorkerSettings(bootstrap=self.bootstrap, topics=self.topics, app_id=app_id or self.app_id,
-                              partitions=PARTITIONS, data_dir=self.data_dir)
-
-    @property
-    def changelog(self) -> str:
-        return f"{self.app_id}-job-cohort-changelog"
 
     def worker(self, app_id: str | None = None) -> WorkerProcess:
         return WorkerProcess(self.bootstrap, self.prefix, app_id or self.app_id, self.data_dir, PARTITIONS,
@@ -93,56 +82,14 @@ def renamed_scenario(path: Path, tag: str) -> Path:
     return path
 
 
-def run_worker_once(s: Setup, workers: list, tmp_path: Path, tag: str, prepare: bool) -> dict:
-    """Start a worker, route a cohort through it, stop it cleanly; the store's offsets."""
-    if prepare:
-        prepare_data_dir(s.settings())
+def run_worker_once(s: Setup, workers: list, tmp_path: Path, tag: str) -> dict:
+    """Start a worker, route a cohort through it, stop it cleanly; its data dir's marker."""
     w = s.start(workers)
     w.wait_ready()
     publish_file(str(renamed_scenario(tmp_path / f"{tag}.jsonl", tag)), s.bootstrap, s.topics)
     wait_quiescent(s.bootstrap, s.app_id, s.topics, timeout=120)
     w.stop()
     return json.loads((s.data_dir / MARKER_NAME).read_text())
-
-
-def admin(s: Setup) -> AdminClient:
-    return AdminClient({"bootstrap.servers": s.bootstrap})
-
-
-def topic_id(s: Setup, topic: str) -> str:
-    a = admin(s)  # keep the client alive until its future is done
-    return str(a.describe_topics(TopicCollection([topic]), request_timeout=15)[topic].result().topic_id)
-
-
-def cluster_id(s: Setup) -> str:
-    a = admin(s)
-    return a.describe_cluster(request_timeout=15).result().cluster_id
-
-
-def recreate_topic(s: Setup, topic: str) -> None:
-    """Delete ``topic`` and create it again, empty (compacted, same partitions, as Faust does)."""
-    a = admin(s)
-    parts = len(a.list_topics(topic, timeout=15).topics[topic].partitions)
-    for fut in a.delete_topics([topic], operation_timeout=30).values():
-        fut.result()
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            a.create_topics([NewTopic(topic, parts, 1, config={"cleanup.policy": "compact"})],
-                            operation_timeout=30)[topic].result()
-            break
-        except KafkaException as exc:  # still being deleted
-            if time.monotonic() > deadline:
-                raise
-            assert "TOPIC_ALREADY_EXISTS" in str(exc) or "marked for deletion" in str(exc), exc
-            time.sleep(0.5)
-    while True:
-        md = a.list_topics(topic, timeout=15).topics.get(topic)
-        if md is not None and md.error is None and len(md.partitions) == parts and all(
-                p.leader >= 0 for p in md.partitions.values()):
-            return
-        assert time.monotonic() < deadline, f"{topic} not ready"
-        time.sleep(0.2)
 
 
 def wait_exit(w: WorkerProcess, timeout: float = 90.0) -> int | None:
@@ -155,22 +102,13 @@ def wait_exit(w: WorkerProcess, timeout: float = 90.0) -> int | None:
     return None
 
 
-def stays_up(w: WorkerProcess, seconds: float = 8.0, timeout: float = 90.0) -> None:
-    """Ready, and still alive ``seconds`` later (Faust's recovery runs after /health answers)."""
-    try:
-        w.wait_ready(timeout)
-    except (RuntimeError, TimeoutError) as exc:
-        raise AssertionError(str(exc)) from exc
-    assert wait_exit(w, seconds) is None, f"worker exited with {w.proc.returncode}:\n{w.log_tail()}"
-    assert "ConsistencyError" not in w.run_log()
-
-
-# -- prepare_data_dir called before the start (what the wired worker does) -------------------
+# -- the data dir is checked before the Faust app starts (traintrace worker) ------------------
 
 
 def test_worker_refuses_a_data_dir_of_another_app_id(setup, workers, tmp_path):
     s = setup
-    before = run_worker_once(s, workers, tmp_path, "a", prepare=False)
+    before = run_worker_once(s, workers, tmp_path, "a")
+    assert before["kafka"]["cluster_id"]  # the marker names the cluster
     other = f"{s.app_id}-other"
     w = s.start(workers, app_id=other)
     code = wait_exit(w, 60)

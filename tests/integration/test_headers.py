@@ -10,9 +10,9 @@ import json
 import uuid
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import TopicPartition
 
-from streams.kafka.settings import producer_config
+from streams.kafka.settings import KafkaSettings
 from streams.client import JobClient
 from streams.codec import Codec, DecodeError
 from streams.codec.headers import (
@@ -34,8 +34,7 @@ VERSION = f"schemas/v{CODEC.schemas.current_version}".encode()
 
 def read_topic(bootstrap: str, topic: str) -> list:
     """Every record of ``topic``, all partitions, from the beginning to the high watermark."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"headers-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "enable.partition.eof": True})
+    consumer = KafkaSettings.of(bootstrap).consumer(f"headers-{uuid.uuid4().hex}", **{"enable.partition.eof": True})
     try:
         parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
@@ -68,7 +67,7 @@ def test_every_record_on_every_topic_carries_its_headers(pipeline, kafka_bootstr
     log = tmp_path / "events.jsonl"
     log.write_text("".join(json.dumps(d) + "\n" for d in good))
     publish_file(str(log), kafka_bootstrap, topics, CODEC)  # `traintrace publish`
-    producer = Producer(producer_config(kafka_bootstrap))
+    producer = KafkaSettings.of(kafka_bootstrap).producer()
     for key, value, headers in POISON:
         producer.produce(topics.events, key=key, value=value, headers=headers)
     # an invalid event that still decodes (an empty job_id), with a header of its own

@@ -13,9 +13,7 @@ import json
 import time
 from pathlib import Path
 
-from confluent_kafka import Producer
-
-from streams.kafka.settings import producer_config
+from streams.kafka.settings import KafkaSettings
 from streams.kafka.reader import read_to_end
 from streams.codec import Codec
 from streams.audit.analyze import analyze_file
@@ -77,7 +75,7 @@ def test_kill_9_a_worker_mid_stream_and_restart(pipeline, kafka_bootstrap, tmp_p
                                   exploit_every=40, exploit_prob=0.6, alias_prob=0.05):
             fh.write(json.dumps(d) + "\n")
     lines = log.read_text().splitlines()
-    producer = Producer(producer_config(kafka_bootstrap))
+    producer = KafkaSettings.of(kafka_bootstrap).producer()
     half = len(lines) // 2
     for line in lines[:half]:
         d = json.loads(line)
@@ -120,7 +118,7 @@ def test_kill_9_a_worker_mid_stream_and_restart(pipeline, kafka_bootstrap, tmp_p
 
 def test_poison_and_invalid_events_go_to_the_dlq_and_the_worker_stays_up(pipeline, kafka_bootstrap):
     topics, app_id, workers = pipeline(workers=1, partitions=2)
-    producer = Producer(producer_config(kafka_bootstrap))
+    producer = KafkaSettings.of(kafka_bootstrap).producer()
     good = [json.loads(l) for l in (SCENARIOS / "01_seed_example.jsonl").read_text().splitlines()]
     poison = [
         (b"A", b"\xc3\x01" + b"\xff" * 8 + b"body"),  # unknown fingerprint

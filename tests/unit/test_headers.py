@@ -121,12 +121,13 @@ class _Producer:
 
 
 def test_outbox_puts_the_headers_on_every_record(monkeypatch):
-    from streams.worker import faust_app
+    from streams.kafka import settings as kafka_settings
+    from streams.worker.outbox import Outbox
     from streams.worker.settings import WorkerSettings
     from streams.referee.records import Emission
 
-    monkeypatch.setattr(faust_app, "Producer", _Producer)
-    outbox = faust_app.Outbox(WorkerSettings("127.0.0.1:1"), CODEC)
+    monkeypatch.setattr(kafka_settings, "Producer", _Producer)  # what KafkaSettings.producer builds
+    outbox = Outbox(WorkerSettings("127.0.0.1:1"), CODEC)
     rec = next(r for r in example_records() if r["type"] == "PlanCleared")
     outbox.emit(Emission("control", rec["job_id"], "PlanCleared", rec))
     batch = CODEC.encode_record("EventBatch", {"cohort_id": "c", "events": []})

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from streams.kafka.settings import consumer_config, producer_config
+from streams.kafka.settings import CLIENT_ID_ENV, KafkaSettings
 from streams.worker import metrics
-from streams.worker.settings import CLIENT_ID_ENV, WorkerSettings, kafka_client_id
+from streams.worker.settings import WorkerSettings, kafka_client_id
 from streams.codec.errors import DECODE_REASONS
 from streams.core.state import HALT_REASONS
 from streams.referee.records import Emission
@@ -189,14 +189,27 @@ def test_client_id_from_host_and_web_port(monkeypatch):
     assert WorkerSettings(bootstrap="k:9092", client_id="mine").client_id == "mine"
 
 
-def test_client_id_reaches_every_confluent_client(monkeypatch):
-    monkeypatch.setenv(CLIENT_ID_ENV, "")  # (restored after the test: use_client_id sets it)
-    assert "client.id" not in producer_config("k:9092")  # outside a worker: librdkafka's default
-    assert consumer_config("k:9092", "g", client_id="explicit")["client.id"] == "explicit"
+def test_client_id_reaches_every_client_of_the_worker(monkeypatch):
+    monkeypatch.setenv(CLIENT_ID_ENV, "")
+    assert "client.id" not in KafkaSettings.from_env("k:9092").producer_config()  # outside a worker: librdkafka's
     settings = WorkerSettings(bootstrap="k:9092", web_port=6071, client_id="traintrace-h-6071")
-    assert settings.use_client_id() == "traintrace-h-6071"  # what create_app gives Faust
-    for conf in (producer_config("k:9092", **{"linger.ms": 2}),
-                 consumer_config("k:9092", "traintrace-replay", **{"enable.partition.eof": True})):
+    assert settings.kafka.bootstrap == "k:9092" and settings.kafka.client_id == "traintrace-h-6071"
+    faust = settings.kafka.faust_options()  # what create_app gives Faust
+    assert faust["broker_client_id"] == "traintrace-h-6071" and faust["broker"] == ["kafka://k:9092"]
+    for conf in (settings.kafka.producer_config(**{"linger.ms": 2}),
+                 settings.kafka.consumer_config("traintrace-replay", **{"enable.partition.eof": True}),
+                 settings.kafka.admin_config()):
         assert conf["client.id"] == "traintrace-h-6071"
-    assert producer_config("k:9092", client_id="other")["client.id"] == "other"
-    assert producer_config("k:9092", **{"client.id": "override"})["client.id"] == "override"
+    assert settings.kafka.producer_config(**{"client.id": "override"})["client.id"] == "override"
+    import os
+
+    assert os.environ[CLIENT_ID_ENV] == ""  # passed explicitly, not through the environment
+
+
+def test_worker_settings_take_a_kafka_settings(monkeypatch):
+    monkeypatch.setenv(CLIENT_ID_ENV, "from-env")
+    kafka = KafkaSettings("k:9092", properties=(("security.protocol", "SSL"),))
+    settings = WorkerSettings(bootstrap="k:9092", client_id="w-1", kafka=kafka)
+    assert settings.kafka.client_id == "w-1" and settings.kafka.properties == kafka.properties
+    # the worker's own client id wins over TRAINTRACE_CLIENT_ID
+    assert WorkerSettings(bootstrap="k:9092", client_id="w-2").kafka.client_id == "w-2"

@@ -1,0 +1,132 @@
+"""Which input partitions the worker processes, through rebalances, and the commit of how far it
+has processed them (Faust's acks are off for both inputs: :mod:`streams.worker.positions`).
+
+The order of operations and the locks are what keeps a rebalance from losing or repeating
+records (tests/integration/test_churn.py): a revoke waits for the batches in flight and commits
+exactly what they processed while the partitions are still ours; an assignment loads the
+router's map and rebuilds the referee's state of each by-cohort partition before any record of
+it is processed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Awaitable, Callable, Iterable
+
+from faust.types import TP
+
+from streams.worker import metrics
+from streams.worker.jobmap import read_map_partitions
+from streams.worker.recovery import Takeover, group_starts
+from streams.worker.settings import WorkerSettings
+from streams.worker.stages import FoldStage, RouteStage
+
+log = logging.getLogger("traintrace.worker")
+
+#: commits offsets (Faust's consumer ``_commit``): True when they were committed
+CommitOffsets = Callable[[dict[TP, int]], Awaitable[bool]]
+
+
+class Assignment:
+    """The partitions of both inputs the worker owns, and their commits. Hooks for Faust's
+    ``on_partitions_revoked`` / ``on_partitions_assigned`` and shutdown, and the commit timer."""
+
+    def __init__(self, settings: WorkerSettings, route: RouteStage, fold: FoldStage, takeover: Takeover,
+                 commit_offsets: CommitOffsets) -> None:
+        self.settings = settings
+        self.route = route
+        self.fold = fold
+        self.takeover = takeover
+        self.commit_offsets = commit_offsets
+        #: by-cohort partition revoked -> position its kept state is at
+        self.suspended: dict[int, int] = {}
+
+    async def commit(self, partitions: set[TP] | None = None) -> None:
+        """Commit the positions of owned partitions (all, or those of ``partitions``) that
+        moved. Call with both locks held: positions only move once outputs are flushed."""
+        inputs = (self.route.input, self.fold.input)
+        offsets: dict[TP, int] = {}
+        for inp in inputs:
+            parts = None if partitions is None else {tp.partition for tp in partitions if tp.topic == inp.topic}
+            for p, o in inp.to_commit(parts).items():
+                offsets[TP(inp.topic, p)] = o
+        if not offsets:
+            return
+        if await self.commit_offsets(offsets):
+            for inp in inputs:
+                inp.committed_at({tp.partition: o for tp, o in offsets.items() if tp.topic == inp.topic})
+            metrics.COMMITS.inc()
+
+    async def commit_processed(self) -> None:
+        """The commit timer: both locks, then :meth:`commit`."""
+        async with self.route.lock, self.fold.lock:
+            await self.commit()
+
+    async def revoked(self, revoked: set[TP]) -> None:
+        # wait for the batches in flight, commit exactly what they processed while the
+        # partitions are still ours, and stop processing them: the next owner starts there
+        topics, fold = self.settings.topics, self.fold.input
+        async with self.route.lock, self.fold.lock:
+            await self.commit(set(revoked))
+            for tp in revoked:
+                if tp.topic == topics.by_cohort and tp.partition in fold.owned:
+                    fold.revoke(tp.partition)
+                    self.suspended[tp.partition] = fold.position[tp.partition]  # kept, in case it comes back
+                elif tp.topic == topics.events:
+                    self.route.input.revoke(tp.partition)
+
+    async def assigned(self, assigned: set[TP]) -> None:
+        topics = self.settings.topics
+        ev_parts = sorted(tp.partition for tp in assigned if tp.topic == topics.events)
+        mine = sorted(tp.partition for tp in assigned if tp.topic == topics.by_cohort)
+        async with self.route.lock:
+            if ev_parts:
+                await self._route_from_group(ev_parts)
+        loop = asyncio.get_running_loop()
+        starts = await loop.run_in_executor(None, group_starts, self.settings, topics.by_cohort, mine) if mine else {}
+        log.info("assigned %s%s %s%s; by-cohort starts %s", topics.events, ev_parts, topics.by_cohort, mine, starts)
+        async with self.fold.lock:
+            await self._fold_from_group(mine, starts)
+
+    async def _route_from_group(self, ev_parts: list[int]) -> None:
+        """Own these events partitions from the group's offsets, with the job -> cohort entries
+        of these partitions, whoever routed their JobStarted."""
+        loop = asyncio.get_running_loop()
+        settings, route = self.settings, self.route
+        starts = await loop.run_in_executor(None, group_starts, settings, settings.topics.events, ev_parts)
+        known = await loop.run_in_executor(None, read_map_partitions, settings.kafka,
+                                           settings.topics.job_cohorts, ev_parts)
+        for job, cohort in known.items():
+            route.jobmap.map.setdefault(job, cohort)
+        for p in ev_parts:
+            route.input.assign(p, starts[p])
+
+    async def _fold_from_group(self, mine: list[int], starts: dict[int, int]) -> None:
+        """Own these by-cohort partitions from the group's offsets, the referee's state of each
+        rebuilt up to there (kept as it was when the partition comes back untouched)."""
+        fold, referee = self.fold.input, self.fold.referee
+        for p in sorted(self.suspended):
+            kept = self.suspended.pop(p)
+            if p in starts and starts[p] == kept:
+                fold.assign(p, kept)  # back to this worker untouched: its state is current
+                continue
+            referee.drop_partition(p)  # another worker moved it on (or has it): rebuild
+            fold.position.pop(p, None)
+        for p in mine:
+            if p in fold.owned:
+                continue
+            await self.takeover.catch_up(p, starts[p])
+            fold.assign(p, starts[p])
+
+    async def stop(self, closing: Iterable[Callable[[], None]] = ()) -> None:
+        """A clean stop: commit what was processed while the partitions are still ours, then
+        call ``closing``."""
+        async with self.route.lock, self.fold.lock:
+            try:
+                await self.commit()
+            finally:
+                self.route.input.owned.clear()
+                self.fold.input.owned.clear()
+                for close in closing:
+                    close()

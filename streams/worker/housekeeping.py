@@ -1,0 +1,64 @@
+"""The worker's once-a-second duties on the fold: the referee's timers, clock ticks for grace
+periods that ran out, and the LineageCommitments every ``commitment_interval_s``."""
+
+from __future__ import annotations
+
+import asyncio
+
+from streams.codec import Codec
+from streams.referee.referee import Referee
+from streams.worker import metrics
+from streams.worker.clock import InputClock, now_ms
+from streams.worker.outbox import Outbox
+from streams.worker.settings import WorkerSettings
+from streams.worker.stages import FoldStage
+
+
+class Housekeeping:
+    def __init__(self, settings: WorkerSettings, codec: Codec, referee: Referee, outbox: Outbox,
+                 clock: InputClock, fold: FoldStage) -> None:
+        self.settings = settings
+        self.codec = codec
+        self.referee = referee
+        self.outbox = outbox
+        self.clock = clock
+        self.fold = fold
+        self.ticked: dict[str, int] = {}  # cohort -> input watermark of its last tick
+        self.last_commitment = 0  # ms
+
+    async def run(self) -> None:
+        """One pass, under the fold's lock."""
+        referee, outbox = self.referee, self.outbox
+        async with self.fold.lock:
+            now = now_ms()
+            out = referee.tick(now)
+            sent_tick = await self._send_ticks(now)
+            if now - self.last_commitment >= self.settings.commitment_interval_s * 1000:
+                out.extend(referee.commitments(now))
+                self.last_commitment = now
+            for em in out:
+                outbox.emit(em)
+            if out or sent_tick:
+                await outbox.flush()
+            metrics.observe_referee(referee)
+
+    async def _send_ticks(self, now: int) -> bool:
+        """Append a clock tick to the input of each owned cohort whose grace period ran out (at
+        most one a second per cohort); whether any was sent.
+
+        A grace period that ran out goes through the cohort's input, so that every replay
+        applies it at the same point; it runs on the input watermark (streams.worker.clock),
+        not on the wall clock: a worker away or behind delays halts, it does not cause them."""
+        settings, referee = self.settings, self.referee
+        if not referee.due_ticks(now, settings.grace_ms):
+            return False
+        mark = await asyncio.get_running_loop().run_in_executor(None, self.clock.watermark, now)
+        metrics.WATERMARK_LAG.set(max(0, now - mark) / 1000)
+        sent = False
+        for cohort in referee.due_ticks(mark, settings.grace_ms):
+            if self.fold.owns_cohort(cohort) and mark - self.ticked.get(cohort, 0) >= 1000:
+                self.ticked[cohort] = mark
+                self.outbox.send(settings.topics.by_cohort, cohort.encode(), self.codec.encode_record("EventBatch", {
+                    "cohort_id": cohort, "events": [], "tick_ms": mark, "grace_ms": settings.grace_ms}))
+                sent = True
+        return sent

@@ -1,0 +1,115 @@
+"""Taking a ``lineage.by-cohort`` partition over: the referee's state is event-sourced from it.
+
+A worker assigned a partition replays it up to the group's committed offset without
+publishing (:func:`replay_partition`), learns the command ids already on ``lineage.control``
+(a previous owner may have published for offsets it never committed), and publishes what the
+rebuilt state holds and ``lineage.control`` lacks (a previous owner may have committed offsets
+whose commands never got out): :meth:`Takeover.catch_up`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from confluent_kafka import TopicPartition
+
+from streams.codec import Codec
+from streams.kafka.reader import read_range
+from streams.referee.input import fold_batch
+from streams.referee.referee import Referee
+from streams.worker import metrics
+from streams.worker.clock import now_ms
+from streams.worker.errors import WorkerError
+from streams.worker.outbox import Outbox
+from streams.worker.published import read_published_commands
+from streams.worker.settings import WorkerSettings
+
+log = logging.getLogger("traintrace.worker")
+
+
+def replay_partition(settings: WorkerSettings, codec: Codec, referee: Referee, partition: int,
+                     start: int, end: int) -> int:
+    """Fold ``lineage.by-cohort`` partition ``partition`` offsets [start, end) into the
+    referee without publishing. Returns the number of events folded."""
+    if end <= start:
+        return 0
+    topic = settings.topics.by_cohort
+    n = 0
+    position = start
+    complete: set[int] = set()
+    for msg in read_range(settings.kafka, topic, {partition: (start, end)}, timeout=30.0, complete=complete):
+        position = msg.offset() + 1
+        n += fold_batch(codec, referee, msg.value(), partition, msg.offset(), msg.timestamp()[1],
+                        publish=False, on_reject=None)[0]
+    if partition not in complete:
+        raise WorkerError(f"{topic}[{partition}] ends at {position}, expected {end}")
+    return n
+
+
+def group_starts(settings: WorkerSettings, topic: str, partitions: list[int]) -> dict[int, int]:
+    """Where the group resumes each partition: its committed offset, or where the partition
+    begins when it has none."""
+    consumer = settings.kafka.consumer(settings.app_id)
+    try:
+        got = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=30)
+        out = {}
+        for tp in got:
+            if tp.offset >= 0:
+                out[tp.partition] = tp.offset
+            else:
+                low, _high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=30)
+                out[tp.partition] = max(low, 0)
+        return out
+    finally:
+        consumer.close()
+
+
+class Takeover:
+    """Brings the referee's state of a by-cohort partition up to where the group resumes it.
+    ``position`` (by-cohort partition -> next offset folded into the referee) is the fold
+    stage's."""
+
+    def __init__(self, settings: WorkerSettings, codec: Codec, referee: Referee, outbox: Outbox,
+                 position: dict[int, int]) -> None:
+        self.settings = settings
+        self.codec = codec
+        self.referee = referee
+        self.outbox = outbox
+        self.position = position
+
+    async def _learn_published(self) -> dict[str, tuple[str, str]]:
+        """Mark every command id on ``lineage.control`` published; the last plan record of each job."""
+        loop = asyncio.get_running_loop()
+        published, last_plan = await loop.run_in_executor(None, read_published_commands, self.settings, self.codec)
+        self.referee.published |= published
+        return last_plan
+
+    async def catch_up(self, partition: int, end: int) -> None:
+        """Take over a by-cohort partition: learn every command id already published (a
+        previous owner may have published for offsets it never committed), then replay the
+        partition up to ``end`` without publishing."""
+        loop = asyncio.get_running_loop()
+        position, referee = self.position, self.referee
+        if partition not in position:  # a takeover: learn what a previous owner published
+            await self._learn_published()
+        start = position.get(partition, 0)
+        if end <= start:
+            position.setdefault(partition, start)
+            return
+        t = time.perf_counter()
+        n = await loop.run_in_executor(None, replay_partition, self.settings, self.codec, referee, partition,
+                                       start, end)
+        position[partition] = end
+        metrics.REPLAYED.inc(n)
+        # publish what the rebuilt state holds and lineage.control lacks (a previous owner may
+        # have committed offsets whose commands never got out)
+        last_plan = await self._learn_published()
+        missing = referee.reconcile(partition, last_plan, now_ms())
+        for em in missing:
+            self.outbox.emit(em)
+        if missing:
+            await self.outbox.flush()
+        log.info("rebuilt %s[%d] from offsets %d..%d: %d events in %.2fs; %d record(s) reconciled",
+                 self.settings.topics.by_cohort, partition, start, end, n, time.perf_counter() - t, len(missing))

@@ -1,0 +1,279 @@
+"""The worker's two stages, each over one input topic: routing ``lineage.events`` to
+``lineage.by-cohort`` and folding ``lineage.by-cohort`` through the referee.
+
+Both process their records the same way (:meth:`Stage.process`): under the stage's lock, in
+offset order per partition, only the next record of a partition the worker owns
+(:class:`~streams.worker.positions.InputPartitions`); what Faust did not deliver before such a
+record is read from the topic directly and processed first. Then everything the records caused
+is flushed, and only then do the positions move on (they are committed later, by
+:mod:`streams.worker.assignment`). :class:`StallWatch` hands a stage the records Faust read but
+never delivered at the tail of a partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+from typing import Any, Callable
+
+from confluent_kafka import TopicPartition
+
+from streams.codec import Codec, DecodeError
+from streams.kafka.reader import read_range
+from streams.referee.input import fold_batch
+from streams.referee.records import Emission
+from streams.referee.referee import Referee
+from streams.worker import metrics
+from streams.worker.clock import now_ms
+from streams.worker.jobmap import HEADERS as JOBMAP_HEADERS
+from streams.worker.jobmap import JobCohortMap
+from streams.worker.outbox import Outbox
+from streams.worker.positions import InputPartitions, Verdict
+from streams.worker.router import RawRecord, Routed, Router, dead_letter
+from streams.worker.settings import WorkerSettings
+
+log = logging.getLogger("traintrace.worker")
+
+#: records of lineage.events per EventBatch on lineage.by-cohort
+EVENTS_PER_BATCH = 1000
+
+
+def die(agent: str, exc: BaseException) -> None:
+    """Crash-only: an unexpected error in an agent stops the process at once, before Faust
+    acknowledges the batch, so the batch is processed again after a restart (at-least-once).
+    Bad input never gets here: it goes to the dead-letter topic."""
+    log.critical("agent %s failed; exiting so the batch is redelivered: %r", agent, exc, exc_info=exc)
+    logging.shutdown()
+    os._exit(70)
+
+
+def read_records(settings: WorkerSettings, topic: str, partition: int, start: int, end: int) -> list[RawRecord]:
+    """The records of ``topic[partition]`` at offsets [start, end), read directly: records a
+    worker owns but Faust did not deliver (its fetcher resumed past them after a rebalance and
+    dropped the re-fetched ones) are processed from here, in order. Timestamps in ms."""
+    if end <= start:
+        return []
+    return [RawRecord(topic, partition, msg.offset(), msg.key(), msg.value(), msg.timestamp()[1], msg.headers())
+            for msg in read_range(settings.kafka, topic, {partition: (start, end)}, timeout=60.0)]
+
+
+def faust_record(e) -> RawRecord:
+    """A Faust event's message as a :class:`RawRecord` (timestamp in ms)."""
+    m = e.message
+    ts = m.timestamp  # float seconds
+    return RawRecord(m.topic, m.partition, m.offset, m.key, m.value,
+                     int(round(ts * 1000)) if ts is not None and ts > 0 else now_ms(), m.headers)
+
+
+class Stage:
+    """One input topic of the worker: the partitions it owns (:attr:`input`), the lock its
+    processing runs under, and what a record does (:meth:`begin`, :meth:`take`, :meth:`finish`)."""
+
+    #: what is done with a record (for the log)
+    verb = "processing"
+
+    def __init__(self, settings: WorkerSettings, topic: str, codec: Codec, outbox: Outbox,
+                 lock: asyncio.Lock) -> None:
+        self.settings = settings
+        self.input = InputPartitions(topic)
+        self.codec = codec
+        self.outbox = outbox
+        self.lock = lock
+
+    @property
+    def topic(self) -> str:
+        return self.input.topic
+
+    async def process(self, records: list[RawRecord]) -> None:
+        """Process ``records`` of the input in order and flush what they caused; what Faust
+        skipped before one of them is read from the topic and processed first."""
+        async with self.lock:
+            batch = self.begin()
+            await self._in_order(records, batch)
+            await self.finish(batch)
+
+    async def _in_order(self, records: list[RawRecord], batch: Any) -> None:
+        loop = asyncio.get_running_loop()
+        inp = self.input
+        queue = list(records)
+        i = 0
+        while i < len(queue):
+            rec = queue[i]
+            p, o = rec.partition, rec.offset
+            verdict = inp.classify(p, o)
+            if verdict is Verdict.STALE or verdict is Verdict.SEEN:
+                # not ours any more (its new owner processes it), or processed already
+                metrics.STALE.inc()
+                i += 1
+                continue
+            if verdict is Verdict.GAP:
+                pos = inp.position[p]
+                missing = await loop.run_in_executor(None, read_records, self.settings, self.topic, p, pos, o)
+                metrics.DIRECT_READS.inc()
+                log.info("%s[%d]: offsets %d..%d were not delivered: %s them from the topic",
+                         self.topic, p, pos, o - 1, self.verb)
+                queue[i:i] = missing  # in order, before this record (a real gap in the log: none)
+                if not missing:
+                    inp.position[p] = o
+                continue
+            self.take(batch, rec)
+            inp.advance(p, o)  # (in memory only: committed once the outputs are out)
+            i += 1
+
+    def begin(self) -> Any:
+        """What the records of one call collect."""
+        raise NotImplementedError
+
+    def take(self, batch: Any, rec: RawRecord) -> None:
+        """Process the next record of an owned partition into ``batch``."""
+        raise NotImplementedError
+
+    async def finish(self, batch: Any) -> None:
+        """Publish and flush what ``batch`` collected."""
+        raise NotImplementedError
+
+
+class RouteStage(Stage):
+    """Stage one: decode and validate each record of ``lineage.events``, route it to its cohort
+    on ``lineage.by-cohort`` (bad records to the dead-letter topic); a job's first cohort goes
+    to ``lineage.job-cohorts`` (:mod:`streams.worker.jobmap`)."""
+
+    verb = "routing"
+
+    def __init__(self, settings: WorkerSettings, codec: Codec, jobmap: JobCohortMap, outbox: Outbox,
+                 lock: asyncio.Lock) -> None:
+        super().__init__(settings, settings.topics.events, codec, outbox, lock)
+        self.jobmap = jobmap
+        self.router = Router(codec, jobmap)
+
+    def begin(self) -> tuple[Routed, int]:
+        return Routed(), now_ms()
+
+    def take(self, batch: tuple[Routed, int], rec: RawRecord) -> None:
+        routed, now = batch
+        self.jobmap.partition = rec.partition  # a job's map entry goes to its events partition
+        self.router.route_one(rec, routed, now)
+
+    async def finish(self, batch: tuple[Routed, int]) -> None:
+        routed, _now = batch
+        topics, outbox = self.settings.topics, self.outbox
+        self.jobmap.partition = None
+        for job, cohort, p in self.jobmap.take_pending():
+            outbox.send(topics.job_cohorts, job.encode(), cohort.encode(), JOBMAP_HEADERS, partition=p)
+        for cohort, events in routed.batches.items():
+            for i in range(0, len(events), EVENTS_PER_BATCH):
+                value = self.codec.encode_record(
+                    "EventBatch", {"cohort_id": cohort, "events": events[i:i + EVENTS_PER_BATCH]})
+                outbox.send(topics.by_cohort, cohort.encode(), value)
+        for dead in routed.dead:
+            outbox.dead_letter(dead)
+        await outbox.flush()
+        metrics.ROUTED.inc(routed.events)
+
+
+class FoldStage(Stage):
+    """Stage two: fold each record of ``lineage.by-cohort`` through the referee (one core
+    engine per cohort) and publish what it decides."""
+
+    verb = "folding"
+
+    def __init__(self, settings: WorkerSettings, codec: Codec, referee: Referee, outbox: Outbox,
+                 lock: asyncio.Lock) -> None:
+        super().__init__(settings, settings.topics.by_cohort, codec, outbox, lock)
+        self.referee = referee
+
+    def owns_cohort(self, cohort: str) -> bool:
+        return self.referee.partition_of.get(cohort) in self.input.owned
+
+    def begin(self) -> list[Emission]:
+        return []
+
+    def take(self, out: list[Emission], rec: RawRecord) -> None:
+        # the processor's time of these events is their input record's timestamp (the
+        # router's clock), as in a replay: what it decides is reproducible from the log
+        n, emissions = fold_batch(self.codec, self.referee, rec.value, rec.partition, rec.offset,
+                                  rec.timestamp or now_ms(), True, functools.partial(self._reject, rec))
+        out.extend(emissions)
+        metrics.FOLDED.inc(n)
+
+    def _reject(self, rec: RawRecord, routed: dict[str, Any] | None, reason: str, kind: str) -> None:
+        """A dead letter for what could not be folded: the routed event of ``lineage.events``,
+        or (``routed`` None) the whole input record."""
+        # the original's headers: the by-cohort record's own, or (an event, whose headers the
+        # EventBatch does not carry) those its type is written with
+        original = rec.headers
+        if routed:
+            try:
+                original = self.codec.headers.event(self.codec.decode_event(routed["value"])["type"])
+            except (DecodeError, KeyError):
+                original = None
+            rec = RawRecord(self.settings.topics.events, routed["partition"], routed["offset"], None,
+                            routed["value"])
+        else:
+            rec = RawRecord(rec.topic, rec.partition, rec.offset, None, rec.value)
+        self.outbox.dead_letter(dead_letter(rec, kind, reason, now_ms()), original if original is not None else ())
+
+    async def finish(self, out: list[Emission]) -> None:
+        referee = self.referee
+        if any(em.topic == "manifests" for em in out):
+            out.extend(referee.commitments(now_ms()))
+        for em in out:
+            self.outbox.emit(em)
+        await self.outbox.flush()
+        metrics.observe_published(out)  # traintrace_divergence_to_command_seconds
+        metrics.observe_referee(referee)
+
+
+class StallWatch:
+    """An owned partition whose position stays put over a whole interval while records wait
+    past it that Faust has already read: Faust skipped its tail (nothing later arrives to show
+    the gap). Its records are read from the topic and processed, in order (at most
+    :attr:`max_records` a pass)."""
+
+    max_records = 5000
+
+    def __init__(self, settings: WorkerSettings, stages: tuple[Stage, ...],
+                 faust_read_offset: Callable[[str, int], int | None]) -> None:
+        self.settings = settings
+        self.stages = stages
+        #: Faust's own read offset of (topic, partition), None: not read yet
+        self.faust_read_offset = faust_read_offset
+        self.watermarks = settings.kafka.consumer(f"{settings.app_id}-watermarks")
+        self.waiting: dict[tuple[str, int], int] = {}  # (topic, partition) -> position seen with records waiting
+
+    def close(self) -> None:
+        self.watermarks.close()
+
+    async def check(self) -> None:
+        for stage in self.stages:
+            for p in sorted(stage.input.owned):
+                await self._check_partition(stage, p)
+
+    async def _check_partition(self, stage: Stage, p: int) -> None:
+        loop = asyncio.get_running_loop()
+        topic = stage.topic
+        pos = stage.input.position.get(p)
+        _low, high = await loop.run_in_executor(
+            None, lambda: self.watermarks.get_watermark_offsets(TopicPartition(topic, p), timeout=10))
+        key = (topic, p)
+        # Faust's own read offset: a stall only once Faust has read the partition to its end
+        # (it still has a backlog to deliver otherwise: reading it here as well would only
+        # duplicate its work)
+        faust_read = self.faust_read_offset(topic, p)
+        if pos is None or high <= pos or faust_read is None or faust_read + 1 < high:
+            self.waiting.pop(key, None)
+            return
+        if self.waiting.get(key) != pos:
+            self.waiting[key] = pos
+            return
+        records = await loop.run_in_executor(None, read_records, self.settings, topic, p, pos,
+                                             min(high, pos + self.max_records))
+        log.info("%s[%d]: no progress past %d with %d record(s) waiting: processing them from the topic",
+                 topic, p, pos, high - pos)
+        metrics.DIRECT_READS.inc()
+        try:
+            await stage.process(records)
+        except Exception as exc:  # as in the agents: never count unflushed outputs as done
+            die("stalled_partitions", exc)
