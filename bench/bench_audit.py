@@ -14,12 +14,14 @@ The three are measured in alternation ``--rounds`` times and each one's best tim
 machines here are shared; the per-round ratios are printed too).
 
 Usage: python bench/bench_audit.py [--events 100000] [--partitions 4] [--json]
+(on ``$KAFKA_BOOTSTRAP_SERVERS`` or ``--bootstrap``; else on the local broker)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -29,9 +31,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from confluent_kafka import Consumer, TopicPartition  # noqa: E402
+from confluent_kafka import TopicPartition  # noqa: E402
 
-from streams.kafka.settings import client_logger, consumer_config  # noqa: E402
+from streams.kafka.settings import BOOTSTRAP_ENV, KafkaSettings  # noqa: E402
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics  # noqa: E402
 from streams.codec import Codec  # noqa: E402
 from streams.audit.audit import audit  # noqa: E402
@@ -44,20 +46,18 @@ CODEC = Codec()
 AUDITED = ("events", "input", "control", "manifests", "commitments")
 
 
+def produce(kafka: KafkaSettings | str, topic: str, events) -> int:
+    return produce_events(kafka, topic, events, CODEC)
 
 
-def produce(bootstrap: str, topic: str, events) -> int:
-    return produce_events(bootstrap, topic, events, CODEC)
-
-
-def raw_consume_decode(bootstrap: str, names: TopicNames) -> tuple[float, int]:
+def raw_consume_decode(kafka: KafkaSettings | str, names: TopicNames) -> tuple[float, int]:
     """Seconds to read and decode every record of the audited topics; records read."""
+    kafka = KafkaSettings.of(kafka)
     total = 0
     t0 = time.perf_counter()
     for logical in AUDITED:
         topic = getattr(names, TOPICS[logical])
-        c = Consumer(consumer_config(bootstrap, f"bench-raw-{uuid.uuid4().hex[:6]}", logger=client_logger,
-                                     **{"enable.partition.eof": True}))
+        c = kafka.consumer(f"bench-raw-{uuid.uuid4().hex[:6]}", **{"enable.partition.eof": True})
         md = c.list_topics(topic, timeout=10)
         parts = list(md.topics[topic].partitions)
         ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
@@ -80,7 +80,8 @@ def raw_consume_decode(bootstrap: str, names: TopicNames) -> tuple[float, int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bootstrap", default=None)
+    ap.add_argument("--bootstrap", default=os.environ.get(BOOTSTRAP_ENV) or None,
+                    help=f"default: ${BOOTSTRAP_ENV}, else the local broker (started if need be)")
     ap.add_argument("--events", type=int, default=100_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--timeout", type=float, default=900)
@@ -94,32 +95,33 @@ def main() -> None:
         broker = LocalBroker(default_data_dir())
         st = broker.status()
         bootstrap = st["bootstrap"] if st.get("running") else broker.start()
+    kafka = KafkaSettings.of(bootstrap)
     tmp = Path(tempfile.mkdtemp(prefix="bench-audit-"))
     prefix = f"ba{uuid.uuid4().hex[:8]}."
     names = TopicNames.from_env(prefix)
-    ensure_topics(bootstrap, standard_topics(names, args.partitions))
+    ensure_topics(kafka, standard_topics(names, args.partitions))
     jobs = max(10, args.events // 100)
-    n = produce(bootstrap, names.events, chain_events(generate_cohorts(jobs=jobs, cohort_size=20, steps=800, seed=5)))
+    n = produce(kafka, names.events, chain_events(generate_cohorts(jobs=jobs, cohort_size=20, steps=800, seed=5)))
     app_id = f"bench-{prefix.rstrip('.')}"
     w = WorkerProcess(bootstrap, prefix, app_id, tmp / "w0", args.partitions,
                       extra_args=["--commit-interval", "0.5", "--commitment-interval", "2"]).start()
     try:
         w.wait_ready()
-        wait_quiescent(bootstrap, app_id, names, timeout=args.timeout)
+        wait_quiescent(kafka, app_id, names, timeout=args.timeout)
         time.sleep(3)
     finally:
         w.stop()
 
     archive = tmp / "log.avro"
     t1 = time.perf_counter()
-    export(bootstrap, names, str(archive), topics=AUDITED)
+    export(kafka, names, str(archive), topics=AUDITED)
     export_s = time.perf_counter() - t1
 
     # the machine is shared and noisy: alternate the three measurements, keep each one's best
     raws, tops, arcs, loads, stage_runs = [], [], [], [], []
     report = None
     for _round in range(args.rounds):
-        raw_s, records = raw_consume_decode(bootstrap, names)
+        raw_s, records = raw_consume_decode(kafka, names)
         raws.append(raw_s)
         stages: dict[str, float] = {}
         last = [time.perf_counter(), None]
@@ -133,7 +135,7 @@ def main() -> None:
                 last[0], last[1] = now, stage
 
         t0 = time.perf_counter()
-        log = load_topics(bootstrap, names, topics=AUDITED)
+        log = load_topics(kafka, names, topics=AUDITED)
         loads.append(time.perf_counter() - t0)
         last[0] = time.perf_counter()
         report = audit(log, progress=progress)

@@ -18,6 +18,7 @@ The semantics, and the readings chosen where SPEC.md is silent, are written down
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -27,7 +28,7 @@ from streams.core.cohorts import UNREGISTERED_COHORT, CohortLineage
 from streams.core.commitment import HALTED_PREFIX, concurrency_snapshot
 from streams.core.events import RolledBack
 from streams.core.state import _HALT_RANK, Config
-from streams.audit.log import AuditLog, fold_order
+from streams.audit.log import AuditLog, fold_order, read_jsonl
 
 __all__ = ["as_of", "iso_utc", "load_jsonl_log", "COMMAND_RECORDS"]
 
@@ -60,63 +61,24 @@ def as_of(log: AuditLog, t_ms: int, config: Config | None = None, grace_ms: int 
         raise TypeError(f"t_ms must be an int (ms since the epoch), not {t_ms!r}")
     codec = codec or Codec()
     lineage = CohortLineage(config)
-    from_input = log.has_input
-    folded = undecodable = 0
-    first_ts: int | None = None
-    last_ts: int | None = None
-    # job -> (incarnation, resumed_step) of its last folded RolledBack
-    resumed: dict[str, tuple[int, int]] = {}
-    for item in fold_order(log, codec):
-        first_ts = item.ts if first_ts is None else min(first_ts, item.ts)
-        last_ts = item.ts if last_ts is None else max(last_ts, item.ts)
-        if item.ts > t_ms:
-            continue
-        if item.event is None:
-            undecodable += 1
-            continue
-        ev = item.event
-        if from_input:
-            # the processor's own routing: the cohort the by-cohort record names
-            lineage.engine(item.cohort).fold(ev, item.ts)
-        else:
-            # route by the JobStarted events known at T (the same router analyze uses)
-            lineage.fold(ev, item.ts)
-        folded += 1
-        if isinstance(ev, RolledBack):
-            resumed[ev.job_id] = (ev.incarnation, ev.resumed_step)
-
-    notes: list[str] = []
+    seen = _fold_until(log, t_ms, codec, lineage)
     if grace_ms is not None:
         lineage.tick(t_ms, grace_ms)
     final = lineage.final_state()  # decides; never finish_input
-    jobs = _jobs(lineage, resumed)
     unresolved = _unresolved(lineage)
-    if unresolved:
-        if grace_ms is None:
-            notes.append("unresolved_sources: consumptions whose source no job had written by T; "
-                         "unresolved so far, not halts (no grace period given)")
-        else:
-            notes.append(f"unresolved_sources: consumptions whose source no job had written by T; those "
-                         f"unresolved for {grace_ms} ms or more at T halt their job UNTRACEABLE_SOURCE")
+    notes = _unresolved_notes(unresolved, grace_ms)
     commands = _commands(log, t_ms, codec, notes)
-    if undecodable:
-        notes.append(f"{undecodable} event record(s) up to T did not decode and were not folded")
-    if first_ts is not None and t_ms < first_ts:
-        notes.append("T is before the first event of the log: nothing was known")
-    elif last_ts is not None and t_ms >= last_ts:
-        notes.append("T is at or after the last event of the log: this is the state with every event "
-                     "folded, before the end-of-log step (see unresolved_sources)")
-
+    notes.extend(_range_notes(seen, t_ms))
     return {
         "as_of_ms": t_ms,
         "as_of": iso_utc(t_ms),
         "source": log.source,
-        "clock": "processor" if from_input else "event",
-        "events_folded": folded,
-        "events_undecodable": undecodable,
-        "first_ts": first_ts,
-        "last_ts": last_ts,
-        "jobs": jobs,
+        "clock": "processor" if log.has_input else "event",
+        "events_folded": seen.folded,
+        "events_undecodable": seen.undecodable,
+        "first_ts": seen.first_ts,
+        "last_ts": seen.last_ts,
+        "jobs": _jobs(lineage, seen.resumed),
         "tainted_checkpoints": final["tainted_checkpoints"],
         "incidents": final["incidents"],
         "plans": final["plans"],
@@ -126,6 +88,69 @@ def as_of(log: AuditLog, t_ms: int, config: Config | None = None, grace_ms: int 
         "commands_issued": commands,
         "notes": notes,
     }
+
+
+# ------------------------------------------------------------------------------- the fold
+
+
+@dataclass
+class _Seen:
+    """What the fold up to T went through."""
+
+    folded: int = 0
+    undecodable: int = 0
+    #: the log's range (every item, also those after T)
+    first_ts: int | None = None
+    last_ts: int | None = None
+    #: job -> (incarnation, resumed_step) of its last folded RolledBack
+    resumed: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+def _fold_until(log: AuditLog, t_ms: int, codec: Codec, lineage: CohortLineage) -> _Seen:
+    """Fold into ``lineage`` the items of the fold order with ``ts <= t_ms``, in that order."""
+    from_input = log.has_input
+    seen = _Seen()
+    for item in fold_order(log, codec):
+        seen.first_ts = item.ts if seen.first_ts is None else min(seen.first_ts, item.ts)
+        seen.last_ts = item.ts if seen.last_ts is None else max(seen.last_ts, item.ts)
+        if item.ts > t_ms:
+            continue
+        if item.event is None:
+            seen.undecodable += 1
+            continue
+        ev = item.event
+        if from_input:
+            # the processor's own routing: the cohort the by-cohort record names
+            lineage.engine(item.cohort).fold(ev, item.ts)
+        else:
+            # route by the JobStarted events known at T (the same router analyze uses)
+            lineage.fold(ev, item.ts)
+        seen.folded += 1
+        if isinstance(ev, RolledBack):
+            seen.resumed[ev.job_id] = (ev.incarnation, ev.resumed_step)
+    return seen
+
+
+def _unresolved_notes(unresolved: list[dict[str, Any]], grace_ms: int | None) -> list[str]:
+    if not unresolved:
+        return []
+    if grace_ms is None:
+        return ["unresolved_sources: consumptions whose source no job had written by T; "
+                "unresolved so far, not halts (no grace period given)"]
+    return [f"unresolved_sources: consumptions whose source no job had written by T; those "
+            f"unresolved for {grace_ms} ms or more at T halt their job UNTRACEABLE_SOURCE"]
+
+
+def _range_notes(seen: _Seen, t_ms: int) -> list[str]:
+    notes = []
+    if seen.undecodable:
+        notes.append(f"{seen.undecodable} event record(s) up to T did not decode and were not folded")
+    if seen.first_ts is not None and t_ms < seen.first_ts:
+        notes.append("T is before the first event of the log: nothing was known")
+    elif seen.last_ts is not None and t_ms >= seen.last_ts:
+        notes.append("T is at or after the last event of the log: this is the state with every event "
+                     "folded, before the end-of-log step (see unresolved_sources)")
+    return notes
 
 
 # ------------------------------------------------------------------------------- parts
@@ -262,20 +287,4 @@ def load_jsonl_log(path: str, skip_invalid: bool = False, codec: Codec | None = 
     Returns ``(log, skipped LineErrors)``; raises :class:`JsonlError` on the first bad line
     unless ``skip_invalid``.
     """
-    from streams.files.jsonl import JsonlError, LineError, read_events
-    from streams.core.events import event_to_dict
-
-    codec = codec or Codec()
-    log = AuditLog(meta={"format": "jsonl"}, source="<stdin>" if path == "-" else path)
-    skipped: list[LineError] = []
-    offset = 0
-    for item in read_events(path):
-        if isinstance(item, LineError):
-            if not skip_invalid:
-                raise JsonlError(item)
-            skipped.append(item)
-            continue
-        log.add(LogRecord("events", 0, offset, item.ts, item.job_id,
-                          codec.encode_event(event_to_dict(item))))
-        offset += 1
-    return log, skipped
+    return read_jsonl(path, skip_invalid, codec)

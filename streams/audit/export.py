@@ -10,11 +10,14 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from streams.files.archive import LogRecord, default_codec, write_archive
 from streams.codec import Codec
 from streams.audit.log import TOPICS, Until
+
+if TYPE_CHECKING:  # confluent-kafka is imported only when exporting
+    from streams.kafka.settings import KafkaSettings
 
 #: what ``export`` writes by default: the log, the processor's input order and its outputs
 DEFAULT_TOPICS = ("events", "input", "control", "manifests", "commitments", "dlq")
@@ -48,7 +51,7 @@ def embedded_schemas(codec: Codec | None = None) -> dict[str, Any]:
     return out
 
 
-def export(bootstrap: str, names: Any, path: str, until: Until | None = None,
+def export(kafka: KafkaSettings | str, names: Any, path: str, until: Until | None = None,
            topics: tuple[str, ...] = DEFAULT_TOPICS,
            progress: Callable[[str, int], None] | None = None, codec: str | None = None) -> ExportSummary:
     """Write ``topics`` (logical names, see :data:`streams.audit.log.TOPICS`) to ``path``.
@@ -56,6 +59,7 @@ def export(bootstrap: str, names: Any, path: str, until: Until | None = None,
     ``codec``: the Avro container codec, one of :data:`CODECS` (default: snappy when ``cramjam``
     is installed, else deflate); ``"null"`` writes an uncompressed archive any Avro reader opens."""
     from streams.kafka.reader import TopicNotFound, read_to_end
+    from streams.kafka.settings import KafkaSettings
 
     codec = codec or default_codec()
     if codec not in CODECS:
@@ -66,6 +70,7 @@ def export(bootstrap: str, names: Any, path: str, until: Until | None = None,
         except ImportError:
             raise ValueError("codec snappy needs the cramjam package (pip install cramjam); "
                              "or choose null or deflate") from None
+    kafka = KafkaSettings.of(kafka)
     t0 = time.perf_counter()
     summary = ExportSummary(path, {t: 0 for t in topics}, until=until.describe() if until else None, codec=codec)
 
@@ -73,7 +78,7 @@ def export(bootstrap: str, names: Any, path: str, until: Until | None = None,
         for logical in topics:
             name = getattr(names, TOPICS[logical])
             try:
-                for msg in read_to_end(bootstrap, name):
+                for msg in read_to_end(kafka, name):
                     rec = LogRecord(logical, msg.partition, msg.offset, msg.timestamp or 0,
                                     msg.key.decode("utf-8", "replace") if msg.key is not None else None,
                                     msg.value)
@@ -88,7 +93,7 @@ def export(bootstrap: str, names: Any, path: str, until: Until | None = None,
 
     meta = {
         "topics": {t: getattr(names, TOPICS[t]) for t in topics},
-        "bootstrap": bootstrap,
+        "bootstrap": kafka.bootstrap,
         "exported_at_ms": int(time.time() * 1000),
         "until": summary.until,
         "schemas": embedded_schemas(),

@@ -21,7 +21,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from streams.files.archive import LogRecord, read_archive
 from streams.codec import Codec, DecodeError
@@ -30,6 +30,9 @@ from streams.core.errors import InvalidEvent
 from streams.core.events import Event, parse_event
 from streams.referee.input import BadBatch, parse_routed, read_batch
 from streams.audit.errors import AuditError
+
+if TYPE_CHECKING:  # confluent-kafka is imported only to read the topics
+    from streams.kafka.settings import KafkaSettings
 
 #: logical topic -> TopicNames field
 TOPICS: dict[str, str] = {
@@ -185,24 +188,27 @@ def _load_archive(path: str, until: Until | None) -> AuditLog:
     return log
 
 
-def load_topics(bootstrap: str, names: Any, until: Until | None = None,
+def load_topics(kafka: KafkaSettings | str, names: Any, until: Until | None = None,
                 topics: Iterable[str] = tuple(TOPICS),
                 progress: Callable[[str, int], None] | None = None) -> AuditLog:
     """Read every named logical topic from the beginning (``read_committed``) to its end now."""
+    from streams.kafka.settings import KafkaSettings
+
+    kafka = KafkaSettings.of(kafka)
     with no_gc():
-        return _load_topics(bootstrap, names, until, topics, progress)
+        return _load_topics(kafka, names, until, topics, progress)
 
 
-def _load_topics(bootstrap, names, until, topics, progress) -> AuditLog:
+def _load_topics(kafka: KafkaSettings, names, until, topics, progress) -> AuditLog:
     from streams.kafka.reader import read_topics_to_end
 
     topics = tuple(topics)
     log = AuditLog(meta={"topics": {t: getattr(names, TOPICS[t]) for t in topics},
-                         "bootstrap": bootstrap, "read_at_ms": int(time.time() * 1000)},
-                   source=f"kafka://{bootstrap}")
+                         "bootstrap": kafka.bootstrap, "read_at_ms": int(time.time() * 1000)},
+                   source=f"kafka://{kafka.bootstrap}")
     logical_of = {getattr(names, TOPICS[t]): t for t in topics}
     # one consumer for every topic at once: the small topics cost no set-up of their own
-    for name, msgs in read_topics_to_end(bootstrap, list(logical_of)).items():
+    for name, msgs in read_topics_to_end(kafka, list(logical_of)).items():
         logical = logical_of[name]
         out = log.records.setdefault(logical, [])
         for m in msgs:
@@ -221,24 +227,38 @@ def _load_topics(bootstrap, names, until, topics, progress) -> AuditLog:
 def load_jsonl(path: str, codec: Codec | None = None) -> AuditLog:
     """An events-only log from a JSON Lines file (SPEC §11): line N is offset N-1 of partition
     0, its timestamp the event's ``ts``. Raises :class:`JsonlError` on a bad line."""
+    return read_jsonl(path, codec=codec)[0]
+
+
+def read_jsonl(path: str, skip_invalid: bool = False, codec: Codec | None = None) -> tuple[AuditLog, list[Any]]:
+    """An events-only log from a JSON Lines file (``-``: stdin): valid event N is offset N of
+    partition 0, its timestamp the event's ``ts``. Returns ``(log, skipped LineErrors)``;
+    raises :class:`JsonlError` on the first bad line unless ``skip_invalid``."""
     from streams.files.jsonl import JsonlError, LineError, read_events
     from streams.core.events import event_to_dict
 
     codec = codec or Codec()
-    log = AuditLog(meta={"format": "jsonl"}, source=path)
-    for i, item in enumerate(read_events(path)):
+    log = AuditLog(meta={"format": "jsonl"}, source="<stdin>" if path == "-" else path)
+    skipped: list[LineError] = []
+    offset = 0
+    for item in read_events(path):
         if isinstance(item, LineError):
-            raise JsonlError(item)
-        log.add(LogRecord("events", 0, i, item.ts, item.job_id, codec.encode_event(event_to_dict(item))))
-    return log
+            if not skip_invalid:
+                raise JsonlError(item)
+            skipped.append(item)
+            continue
+        log.add(LogRecord("events", 0, offset, item.ts, item.job_id, codec.encode_event(event_to_dict(item))))
+        offset += 1
+    return log, skipped
 
 
-def load(source: str, until: Until | None = None, bootstrap: str | None = None, names: Any = None) -> AuditLog:
-    """An archive (``.avro``), a JSON Lines file, or ``kafka`` (the topics, needs ``bootstrap``)."""
+def load(source: str, until: Until | None = None, kafka: KafkaSettings | str | None = None,
+         names: Any = None) -> AuditLog:
+    """An archive (``.avro``), a JSON Lines file, or ``kafka`` (the topics, needs ``kafka``)."""
     if source == "kafka":
-        if bootstrap is None or names is None:
+        if kafka is None or names is None:
             raise AuditLogError("reading the topics needs a bootstrap and topic names")
-        return load_topics(bootstrap, names, until)
+        return load_topics(kafka, names, until)
     with open(source, "rb") as fh:
         head = fh.read(4)
     if head == b"Obj\x01":

@@ -1,0 +1,91 @@
+"""The replay: the log re-folded, in the processor's order, through the same referee code.
+
+What it decides — commands, manifest versions, commitments — is what the compare step
+(:mod:`streams.audit.compare`) holds the topics to; each published commitment is checked at
+the fold position it covers, as the fold passes it (:mod:`streams.audit.commitments`). The
+processor's timestamps are the input records' (``FoldItem.ts``), so a replay reproduces them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from streams.core.decide import HaltIssued
+from streams.referee import records as R
+from streams.referee.referee import Referee
+from streams.audit.commitments import Expected, Targets, check_commitments, commitment_targets
+from streams.audit.items import where
+from streams.audit.report import Finding
+
+if TYPE_CHECKING:
+    from streams.audit.auditor import Auditor
+
+
+def replay(a: Auditor) -> tuple[Expected, list[R.Emission], Referee]:
+    """Fold ``a.items``: what the referee decided on the way (by topic, each with the item it
+    came after), the halts it would issue at the end of the input, and the referee."""
+    referee = Referee(a.config)
+    expected: Expected = {"control": [], "manifests": [], "commitments": []}
+    pending = commitment_targets(a)
+    for cohort in list(pending):
+        check_commitments(a, referee, cohort, pending, ("i", 0), expected)
+        check_commitments(a, referee, cohort, pending, ("a", 0), expected)
+    _fold(a, referee, pending, expected)
+    _unreached(a, pending)
+    return expected, _halts_at_end(referee), referee
+
+
+def _fold(a: Auditor, referee: Referee, pending: Targets, expected: Expected) -> None:
+    # cohort -> (items folded, events accepted)
+    counts: dict[str, list[int]] = {}
+    total = len(a.items)
+    items = a.items
+    for n, item in enumerate(items):
+        if n % 5000 == 0:
+            a.tick("replay", n, total)
+        if item.event is None:  # a clock tick of the processor, in its input
+            emissions = referee.clock_tick(item.cohort, item.tick[0], item.tick[1], partition=item.partition)
+            accepted = False
+        else:
+            handled = referee.handle(item.cohort, item.event, item.ts, partition=item.partition, publish=True,
+                                     canonical=a.canonical.get(id(item.event)))
+            emissions, accepted = handled.emissions, handled.result.accepted
+        for em in emissions:
+            if em.topic in expected:
+                expected[em.topic].append((em, item))
+        c = counts.setdefault(item.cohort, [0, 0])
+        if item.event is not None:
+            c[0] += 1
+            c[1] += accepted
+        if item.cohort in pending:
+            if item.event is not None:
+                check_commitments(a, referee, item.cohort, pending, ("i", c[0]), expected)
+                if accepted:
+                    check_commitments(a, referee, item.cohort, pending, ("a", c[1]), expected)
+            if n + 1 == total or items[n + 1].via is not item.via:  # the input record is folded
+                referee.note_input(item.cohort, item.via.partition, item.via.offset)
+                check_commitments(a, referee, item.cohort, pending,
+                                  ("o", item.via.partition, item.via.offset), expected)
+    a.tick("replay", total, total)
+
+
+def _unreached(a: Auditor, pending: Targets) -> None:
+    """Commitments still pending after the fold cover a position the log does not reach."""
+    chk = a.checks["commitments"]
+    for cohort, targets in pending.items():
+        for _key, lst in targets.items():
+            for rec, value in lst:
+                chk.fail(Finding("commits to a fold position the log does not reach "
+                                 f"(log_size {value.get('log_size')}, {len(value.get('heads') or [])} heads)",
+                                 where=where(rec)))
+
+
+def _halts_at_end(referee: Referee) -> list[R.Emission]:
+    """The halts the end of the input would issue (sources nobody wrote): the processor issues
+    them on its own clock after a grace period, so the compare step only expects them loosely."""
+    at_end: list[R.Emission] = []
+    for cohort in sorted(referee.engines):
+        for d in referee.engines[cohort].finish_input():
+            if isinstance(d, HaltIssued):
+                at_end.append(R.halt_emission(d, 0))
+    return at_end
