@@ -27,13 +27,14 @@ from streams.codec import Codec, DecodeError
 from streams.core.cohorts import UNREGISTERED_COHORT, CohortLineage
 from streams.core.commitment import HALTED_PREFIX, concurrency_snapshot
 from streams.core.events import RolledBack
-from streams.core.state import _HALT_RANK, Config
+from streams.control.commands import CONTROL_RECORDS, command_from_record
+from streams.core.state import HALT_RANK, Config
 from streams.audit.log import AuditLog, fold_order, read_jsonl
 
 __all__ = ["as_of", "iso_utc", "load_jsonl_log", "COMMAND_RECORDS"]
 
 #: The records of ``lineage.control`` that are commands (anything else there is ignored).
-COMMAND_RECORDS = ("RollbackCommand", "QuarantineNotice", "HaltCommand", "PlanCleared")
+COMMAND_RECORDS = CONTROL_RECORDS
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -192,8 +193,8 @@ def _jobs(lineage: CohortLineage, resumed: dict[str, tuple[int, int]]) -> list[d
 
 
 def _worse(a: str, b: str) -> str:
-    ra = _HALT_RANK.get(a[len(HALTED_PREFIX):]) if a.startswith(HALTED_PREFIX) else None
-    rb = _HALT_RANK.get(b[len(HALTED_PREFIX):]) if b.startswith(HALTED_PREFIX) else None
+    ra = HALT_RANK.get(a[len(HALTED_PREFIX):]) if a.startswith(HALTED_PREFIX) else None
+    rb = HALT_RANK.get(b[len(HALTED_PREFIX):]) if b.startswith(HALTED_PREFIX) else None
     if rb is None:
         return a
     if ra is None or rb < ra:
@@ -245,35 +246,30 @@ def _commands(log: AuditLog, t_ms: int, codec: Codec, notes: list[str]) -> list[
 
 
 def _command_row(name: str, r: dict[str, Any], rec: LogRecord) -> dict[str, Any]:
+    """A command as the as-of view lists it, read by the one control-record mapping
+    (:func:`streams.control.commands.command_from_record`)."""
+    cmd = command_from_record(name, r, rec.partition, rec.offset)
+    if cmd is None:
+        raise TypeError(f"{name} is not a command")
     row: dict[str, Any] = {
-        "record": name,
-        "command_id": r["command_id"],
-        "job_id": r["job_id"],
-        "incarnation": r.get("incarnation"),
-        "action": None,
-        "reason": None,
-        "target_checkpoint_id": None,
-        "target_step": None,
-        "supersedes": r.get("supersedes"),
-        "issued_ts": int(r["issued_ts"]),
+        "record": cmd.kind,
+        "command_id": cmd.command_id,
+        "job_id": cmd.job_id,
+        "incarnation": cmd.incarnation,
+        "action": ("RELEASE" if cmd.is_release else "HALT") if cmd.is_halt else cmd.action,
+        "reason": cmd.reason,
+        "target_checkpoint_id": cmd.target_checkpoint_id,
+        "target_step": cmd.target_step,
+        "supersedes": cmd.supersedes,
+        "issued_ts": int(cmd.issued_ts),  # type: ignore[arg-type]  (None: TypeError, not a command)
         "position": f"{rec.partition}@{rec.offset}",
     }
-    if name == "RollbackCommand":
-        row["action"] = r["action"]
-        row["target_checkpoint_id"] = r.get("target_checkpoint_id")
-        row["target_step"] = r.get("target_step")
-        row["incident_ids"] = sorted(r.get("incident_ids") or [])
-    elif name == "QuarantineNotice":
-        row["action"] = "QUARANTINE"
-        row["quarantined_checkpoint_ids"] = sorted(r.get("quarantined_checkpoint_ids") or [])
-        row["incident_ids"] = sorted(r.get("incident_ids") or [])
-    elif name == "HaltCommand":
-        row["action"] = "RELEASE" if r["reason"] == "RELEASE" else "HALT"
-        row["reason"] = r["reason"]
-        row["detail"] = r.get("detail") or ""
-    else:  # PlanCleared
-        row["action"] = "CLEAR"
-        row["reason"] = r.get("reason")
+    if cmd.kind in ("RollbackCommand", "QuarantineNotice"):
+        if cmd.kind == "QuarantineNotice":
+            row["quarantined_checkpoint_ids"] = sorted(cmd.quarantined_checkpoint_ids)
+        row["incident_ids"] = sorted(cmd.incident_ids)
+    elif cmd.is_halt:
+        row["detail"] = cmd.detail or ""
     return row
 
 

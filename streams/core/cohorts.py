@@ -17,7 +17,7 @@ from typing import Any, Iterable, MutableMapping
 
 from streams.core.decide import Decision, Lineage
 from streams.core.events import Event, JobStarted
-from streams.core.state import Config, _HALT_RANK
+from streams.core.state import HALT_RANK, Config
 
 UNREGISTERED_COHORT = ""
 
@@ -97,7 +97,7 @@ def merge_final_states(states: Iterable[tuple[str, dict[str, Any]]]) -> dict[str
                 plans[p["job_id"]] = (registered, p)
         for h in st["halts"]:
             prev = halts.get(h["job_id"])
-            if prev is None or _HALT_RANK[h["reason"]] < _HALT_RANK[prev["reason"]]:
+            if prev is None or HALT_RANK[h["reason"]] < HALT_RANK[prev["reason"]]:
                 halts[h["job_id"]] = h
         tainted.update(st["tainted_checkpoints"])
         alerts.extend(st["alerts"])

@@ -44,7 +44,7 @@ HALT_REASONS = (
     "CHAIN_BROKEN",
     "CONFLICTING_DUPLICATE",
 )
-_HALT_RANK = {r: i for i, r in enumerate(HALT_REASONS)}
+HALT_RANK = {r: i for i, r in enumerate(HALT_REASONS)}
 
 INF = math.inf
 
@@ -218,7 +218,7 @@ class Job:
     def halt_reason(self) -> str | None:
         if not self.halt_reasons:
             return None
-        return min(self.halt_reasons, key=_HALT_RANK.__getitem__)
+        return min(self.halt_reasons, key=HALT_RANK.__getitem__)
 
 
 def event_digest(event: Event, canonical: tuple[bytes, tuple[int, ...]] | None = None) -> int:
