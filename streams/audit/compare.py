@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from streams.control.commands import HALT_RECORD, PLAN_RECORDS, RELEASE_REASON
 from streams.referee import records as R
 from streams.audit.diff import values_differ
 from streams.audit.items import FoldItem, after, where
@@ -52,7 +53,7 @@ def compare_control(a: Auditor, expected: Decided, at_end: list[R.Emission]) -> 
     order_of_job: dict[str, list[str]] = {}
     for em, cause in expected:
         want[em.value["command_id"]] = (em, cause)
-        if em.record != "HaltCommand":  # the job's plan records, each superseding the one before
+        if em.record in PLAN_RECORDS:  # the job's plan records, each superseding the one before
             order_of_job.setdefault(em.value["job_id"], []).append(em.value["command_id"])
     end_halts = {em.value["command_id"]: em for em in at_end}
     got = _published_commands(a, chk, want, order_of_job)
@@ -71,7 +72,7 @@ def _published_commands(a: Auditor, chk: Check, want: dict[str, tuple[R.Emission
     got: dict[str, dict[str, Any]] = {}
     operator = 0
     for rec, name, value in a.decoded("control", chk, "control record"):
-        if name == "HaltCommand" and value.get("reason") == "RELEASE":
+        if name == HALT_RECORD and value.get("reason") == RELEASE_REASON:
             operator += 1
             continue
         chk.checked += 1
@@ -137,7 +138,7 @@ def _missing_commands(a: Auditor, chk: Check, want: dict[str, tuple[R.Emission, 
                     + after(cause, "implied"),
                     job_id=job, seq=cause.event.seq if cause and cause.event is not None and cause.event.job_id == job else None,
                     where=cause.where if cause else None)
-        if em.record != "HaltCommand" and later:
+        if em.record in PLAN_RECORDS and later:
             # a worker that recovers a partition publishes the plan it ends with, not the
             # ones its replay went through (the job's last plan record is checked on its own)
             f.what += ": superseded before it was published (a recovering worker skips it)"
