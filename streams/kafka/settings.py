@@ -163,16 +163,3 @@ class KafkaSettings:
         if self.client_id:
             opts["broker_client_id"] = self.client_id
         return opts
-
-
-def producer_config(bootstrap: "KafkaSettings | str", client_id: str | None = None, **overrides: Any) -> dict[str, Any]:
-    """Deprecated: ``KafkaSettings.producer_config``."""
-    k = KafkaSettings.of(bootstrap)
-    return (k.with_client_id(client_id) if client_id else k).producer_config(**overrides)
-
-
-def consumer_config(bootstrap: "KafkaSettings | str", group_id: str, client_id: str | None = None,
-                    **overrides: Any) -> dict[str, Any]:
-    """Deprecated: ``KafkaSettings.consumer_config``."""
-    k = KafkaSettings.of(bootstrap)
-    return (k.with_client_id(client_id) if client_id else k).consumer_config(group_id, **overrides)

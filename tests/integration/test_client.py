@@ -24,10 +24,9 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
 from streams.kafka.broker import LocalBroker, pick_free_port
-from streams.kafka.settings import producer_config
+from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
 from streams.kafka.reader import read_to_end
 from streams.client import ControlCommand, GateRefused, JobClient, hash_path
@@ -116,7 +115,7 @@ def diverging_job(c: JobClient, ckdir: Path) -> dict[str, Path]:
 
 
 def produce_control(bootstrap: str, topics: TopicNames, *records: tuple[str, dict]) -> None:
-    p = Producer(producer_config(bootstrap))
+    p = KafkaSettings(bootstrap).producer()
     for name, rec in records:
         p.produce(topics.control, key=rec["job_id"].encode(), value=CODEC.encode_record(name, rec))
     assert p.flush(30) == 0

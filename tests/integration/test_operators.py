@@ -17,12 +17,11 @@ from typing import Any, Iterator
 
 import pytest
 from click.testing import CliRunner
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from streams.kafka.broker import pick_free_port
 from streams.files.jsonl import LineError, read_events
-from streams.kafka.settings import producer_config
+from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
 from streams.kafka.reader import TopicNotFound, read_to_end, topic_partitions
 from streams.cli.main import cli
@@ -66,7 +65,7 @@ def run(*args: str, env: dict[str, str] | None = None):
 
 
 def produce(bootstrap: str, topic: str, items: list[tuple[str, bytes]]) -> None:
-    producer = Producer(producer_config(bootstrap))
+    producer = KafkaSettings(bootstrap).producer()
     errors: list[Any] = []
     for key, value in items:
         producer.produce(topic, key=key.encode(), value=value,
