@@ -1,3 +1,5 @@
+"""``python -m streams``: the ``traintrace`` command."""
+
 from streams.cli.main import main
 
 if __name__ == "__main__":

@@ -3,35 +3,17 @@
 from __future__ import annotations
 
 import json
-import sys
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import click
-
-from streams.cli.common import plans_table
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
 from rich.tree import Tree
 
-from streams.files.jsonl import JsonlError
+from streams.cli.common import core_config, core_options, err_console, fail
+from streams.cli.tables import halts_table, plans_table, titled_table
 from streams.core.state import Config
-from streams.audit.analyze import analyze_file
-
-
-def core_options(f):
-    """The tunables of SPEC §5, shared by every command that folds events."""
-    f = click.option("--taint-margin", type=click.IntRange(min=0), default=0, show_default=True,
-                     envvar="TRAINTRACE_TAINT_MARGIN",
-                     help="T1 taints checkpoints with step >= onset - margin. [env TRAINTRACE_TAINT_MARGIN]")(f)
-    f = click.option("--spike-factor", type=click.FloatRange(min=0, min_open=True), default=3.0,
-                     show_default=True, envvar="TRAINTRACE_SPIKE_FACTOR",
-                     help="A loss above factor x the rolling median is a divergence. "
-                          "[env TRAINTRACE_SPIKE_FACTOR]")(f)
-    f = click.option("--window", type=click.IntRange(min=1), default=10, show_default=True,
-                     envvar="TRAINTRACE_WINDOW",
-                     help="Finite losses in the detector's rolling median. [env TRAINTRACE_WINDOW]")(f)
-    return f
 
 
 def _parse_as_of(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
@@ -70,71 +52,74 @@ def analyze(file: str, as_json: bool, skip_invalid: bool, as_of_ms: int | None, 
     referee had decided (and, for an archive with lineage.control, which commands it had
     issued) at TIME.
     """
-    err = Console(stderr=True)
-    config = Config(window=window, spike_factor=spike_factor, taint_margin=taint_margin)
+    config = core_config(window, spike_factor, taint_margin)
     if as_of_ms is not None:
-        _analyze_as_of(err, file, as_of_ms, config, skip_invalid, as_json,
+        _analyze_as_of(file, as_of_ms, config, skip_invalid, as_json,
                        None if grace_seconds is None else int(grace_seconds * 1000))
         return
     if grace_seconds is not None:
         raise click.UsageError("--grace-seconds only applies with --as-of")
-    progress_cb = None
-    bar = None
-    if file != "-" and err.is_terminal and not as_json:
-        bar = Progress(TextColumn("folding"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-                       console=err, transient=True)
-        task = bar.add_task("fold", total=None)
-        bar.start()
+    from streams.audit.analyze import analyze_file
 
-        def progress_cb(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-    try:
-        analysis = analyze_file(file, config, skip_invalid=skip_invalid, progress=progress_cb)
-    except JsonlError as exc:
-        if bar:
-            bar.stop()
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
-        sys.exit(1)
-    except OSError as exc:
-        if bar:
-            bar.stop()
-        err.print(f"[red]error:[/red] cannot read {file}: {exc.strerror}", highlight=False)
-        sys.exit(2)
-    if bar:
-        bar.stop()
-    for skipped in analysis.skipped:
-        err.print(f"[yellow]skipped[/yellow] {skipped}", highlight=False)
+    with _read_errors(file), _fold_progress(file != "-" and err_console.is_terminal and not as_json) as progress:
+        analysis = analyze_file(file, config, skip_invalid=skip_invalid, progress=progress)
+    _print_skipped(analysis.skipped)
     if as_json:
         click.echo(json.dumps(analysis.result, indent=2, sort_keys=True))
         return
     render(Console(), analysis.result, analysis.events, len(analysis.skipped))
 
 
-def _analyze_as_of(err: Console, file: str, t_ms: int, config: Config, skip_invalid: bool, as_json: bool,
-                   grace_ms: int | None) -> None:
-    from streams.cli.asof_view import render_as_of
-    from streams.audit.asof import as_of, load_jsonl_log
+@contextmanager
+def _read_errors(file: str, archive: bool = False) -> Iterator[None]:
+    """A bad line exits 1, a file that cannot be read 2 (the message names the file); with
+    ``archive`` also a file that is no readable archive."""
+    from streams.audit.log import AuditLogError
     from streams.files.archive import ArchiveError
-    from streams.audit.log import AuditLogError, load_archive
+    from streams.files.jsonl import JsonlError
+
+    try:
+        yield
+    except JsonlError as exc:
+        fail(str(exc), 1)
+    except OSError as exc:
+        fail(f"cannot read {file}: {exc.strerror}")
+    except (ArchiveError, AuditLogError, ValueError) as exc:
+        if not archive:
+            raise
+        fail(f"cannot read {file}: {exc}")
+
+
+@contextmanager
+def _fold_progress(shown: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar of the bytes folded on stderr when ``shown``; yields its callback."""
+    if not shown:
+        yield None
+        return
+    with Progress(TextColumn("folding"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+                  console=err_console, transient=True) as bar:
+        task = bar.add_task("fold", total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+def _print_skipped(skipped: list[Any]) -> None:
+    for s in skipped:
+        err_console.print(f"[yellow]skipped[/yellow] {s}", highlight=False)
+
+
+def _analyze_as_of(file: str, t_ms: int, config: Config, skip_invalid: bool, as_json: bool,
+                   grace_ms: int | None) -> None:
+    from streams.audit.asof import as_of, load_jsonl_log
+    from streams.audit.log import load_archive
+    from streams.cli.asof_view import render_as_of
 
     skipped = []
-    try:
+    with _read_errors(file, archive=True):
         if file != "-" and _is_archive(file):
             log = load_archive(file)
         else:
             log, skipped = load_jsonl_log(file, skip_invalid=skip_invalid)
-    except JsonlError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
-        sys.exit(1)
-    except OSError as exc:
-        err.print(f"[red]error:[/red] cannot read {file}: {exc.strerror}", highlight=False)
-        sys.exit(2)
-    except (ArchiveError, AuditLogError, ValueError) as exc:
-        err.print(f"[red]error:[/red] cannot read {file}: {exc}", highlight=False)
-        sys.exit(2)
-    for s in skipped:
-        err.print(f"[yellow]skipped[/yellow] {s}", highlight=False)
+    _print_skipped(skipped)
     answer = as_of(log, t_ms, config, grace_ms=grace_ms)
     if as_json:
         click.echo(json.dumps(answer, indent=2, sort_keys=True))
@@ -170,17 +155,9 @@ def render(console: Console, result: dict[str, Any], events: int, skipped: int) 
     if result["plans"]:
         console.print(plans_table(result["plans"], "Plans"))
     if result["halts"]:
-        table = Table(title="Halts", title_justify="left")
-        table.add_column("job")
-        table.add_column("reason")
-        table.add_column("detail")
-        for h in result["halts"]:
-            table.add_row(h["job_id"], h["reason"], h.get("detail", ""))
-        console.print(table)
+        console.print(halts_table(result["halts"]))
     if result["alerts"]:
-        table = Table(title="Alerts", title_justify="left")
-        for col in ("kind", "job", "checkpoint"):
-            table.add_column(col)
+        table = titled_table("Alerts", ("kind", "job", "checkpoint"))
         for a in result["alerts"]:
             table.add_row(a["kind"], a.get("job_id") or "", a.get("checkpoint_id") or "")
         console.print(table)

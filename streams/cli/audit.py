@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from contextlib import nullcontext
 
 import click
 from rich.console import Console
@@ -12,22 +13,22 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from streams.cli.common import fail
-from streams.cli.export import make_until, until_options
-from streams.cli.publish import bootstrap_option, operator_errors, read_bootstrap, topic_prefix_option, topics_for
-from streams.core.state import Config
+from streams.cli.common import (
+    core_config,
+    core_options,
+    err_console,
+    fail,
+    kafka_options,
+    kafka_settings,
+    make_until,
+    operator_errors,
+    parse_time_or_fail,
+    topic_prefix_option,
+    topics_for,
+    until_options,
+)
 
 KEYS_ENV = "TRAINTRACE_TRUSTED_KEYS"
-
-
-def core_options(f):
-    f = click.option("--taint-margin", type=click.IntRange(min=0), envvar="TRAINTRACE_TAINT_MARGIN", default=0,
-                     show_default=True, help="As the worker's. [env TRAINTRACE_TAINT_MARGIN]")(f)
-    f = click.option("--spike-factor", type=click.FloatRange(min=0, min_open=True), envvar="TRAINTRACE_SPIKE_FACTOR",
-                     default=3.0, show_default=True, help="As the worker's. [env TRAINTRACE_SPIKE_FACTOR]")(f)
-    f = click.option("--window", type=click.IntRange(min=1), envvar="TRAINTRACE_WINDOW", default=10,
-                     show_default=True, help="As the worker's. [env TRAINTRACE_WINDOW]")(f)
-    return f
 
 
 @click.command()
@@ -43,11 +44,11 @@ def core_options(f):
 @click.option("--show", default=10, show_default=True, help="Findings printed per check.")
 @until_options
 @core_options
-@bootstrap_option
+@kafka_options(start_broker=False)
 @topic_prefix_option
 def audit(source: str, as_json: bool, report_path: str | None, trusted_keys: str | None, as_of: str | None,
           show: int, until_time: str | None, until_offsets: str | None, window: int, spike_factor: float,
-          taint_margin: int, bootstrap: str | None, topic_prefix: str | None) -> None:
+          taint_margin: int, bootstrap: str | None, kafka_config: str | None, topic_prefix: str | None) -> None:
     """Check a log: hash chains, the processor's input, every command, manifest and commitment.
 
     SOURCE is an archive written by `traintrace export`, a JSON Lines events file, or `kafka`
@@ -59,52 +60,23 @@ def audit(source: str, as_json: bool, report_path: str | None, trusted_keys: str
 
     Exit status: 0 when every check passes, 1 when one fails, 2 when the log cannot be read.
     """
-    from streams.files.archive import ArchiveError
-    from streams.files.jsonl import JsonlError
-    from streams.audit.audit import audit as run_audit
-    from streams.audit.log import AuditLogError, load, parse_time
-
     until = make_until(until_time, until_offsets)
-    err = Console(stderr=True)
     names = topics_for(topic_prefix)
+    kafka = None
     if source == "kafka":
-        bootstrap = read_bootstrap(bootstrap)
+        kafka = kafka_settings(bootstrap, kafka_config)
     elif not os.path.exists(source):
         fail(f"{source}: no such file (give an archive from `traintrace export`, a JSON Lines file, or `kafka`)")
-    keys = None
-    if trusted_keys:
-        try:
-            from streams.signing import load_keyring
-
-            keys = load_keyring(trusted_keys)
-        except Exception as exc:  # a bad key file is the user's input: say which
-            fail(f"--trusted-keys {trusted_keys}: {exc}")
-    config = Config(window=window, spike_factor=spike_factor, taint_margin=taint_margin)
-    with operator_errors():
-        try:
-            with err.status(f"reading {source}", spinner="dots") if not as_json else _null():
-                log = load(source, until, bootstrap=bootstrap, names=names)
-        except (ArchiveError, AuditLogError) as exc:
-            fail(str(exc))
-        except JsonlError as exc:
-            fail(str(exc), 2)
+    keys = _keyring(trusted_keys) if trusted_keys else None
+    config = core_config(window, spike_factor, taint_margin)
+    log = _load(source, until, kafka, names, as_json)
     if as_of is not None:
-        try:
-            t_ms = parse_time(as_of)
-        except ValueError as exc:
-            fail(str(exc))
-        from streams.audit.asof import as_of as run_as_of
-
-        answer = run_as_of(log, t_ms, config)
-        if as_json:
-            click.echo(json.dumps(answer, indent=2, sort_keys=True, default=str))
-        else:
-            from streams.cli.asof_view import render_as_of
-
-            render_as_of(Console(), answer)
+        _print_as_of(log, parse_time_or_fail(as_of), config, as_json)
         return
+    from streams.audit.audit import audit as run_audit
+
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(bar_width=None), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err, transient=True, disable=as_json) as progress:
+                  TimeElapsedColumn(), console=err_console, transient=True, disable=as_json) as progress:
         tasks: dict[str, int] = {}
 
         def tick(stage: str, done: int, total: int) -> None:
@@ -124,12 +96,41 @@ def audit(source: str, as_json: bool, report_path: str | None, trusted_keys: str
     sys.exit(0 if report.passed else 1)
 
 
-class _null:
-    def __enter__(self):
-        return self
+def _keyring(trusted_keys: str):
+    try:
+        from streams.signing import load_keyring
 
-    def __exit__(self, *a):
-        return False
+        return load_keyring(trusted_keys)
+    except Exception as exc:  # a bad key file is the user's input: say which
+        fail(f"--trusted-keys {trusted_keys}: {exc}")
+
+
+def _load(source: str, until, kafka, names, as_json: bool):
+    """The log of SOURCE (cut at ``until``); one line and exit 2 when it cannot be read."""
+    from streams.audit.log import AuditLogError, load
+    from streams.files.archive import ArchiveError
+    from streams.files.jsonl import JsonlError
+
+    with operator_errors():
+        try:
+            with err_console.status(f"reading {source}", spinner="dots") if not as_json else nullcontext():
+                return load(source, until, kafka, names)
+        except (ArchiveError, AuditLogError) as exc:
+            fail(str(exc))
+        except JsonlError as exc:
+            fail(str(exc), 2)
+
+
+def _print_as_of(log, t_ms: int, config, as_json: bool) -> None:
+    from streams.audit.asof import as_of as run_as_of
+
+    answer = run_as_of(log, t_ms, config)
+    if as_json:
+        click.echo(json.dumps(answer, indent=2, sort_keys=True, default=str))
+    else:
+        from streams.cli.asof_view import render_as_of
+
+        render_as_of(Console(), answer)
 
 
 def render(console: Console, report, show: int = 10) -> None:

@@ -18,17 +18,13 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console
 
+from streams.cli.common import fail
 from streams.kafka import broker as lib
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _out = Console(soft_wrap=True, highlight=False)
 _err = Console(stderr=True, soft_wrap=True, highlight=False)
-
-
-def _fail(message: str) -> None:
-    click.echo(f"traintrace broker: error: {message}", err=True)
-    sys.exit(2)
 
 
 def _errors(fn: F) -> F:
@@ -39,7 +35,7 @@ def _errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except lib.BrokerError as exc:
-            _fail(" ".join(str(exc).split()))
+            fail(" ".join(str(exc).split()), command="broker")
         except KeyboardInterrupt:
             click.echo("traintrace broker: interrupted", err=True)
             sys.exit(130)

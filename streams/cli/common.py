@@ -1,27 +1,74 @@
-"""Options and helpers shared by the commands that talk to Kafka."""
+"""What the ``traintrace`` commands share: the one way to fail, and the options several commands
+take (Kafka, topic names, the core's tunables, the cut of the log) with the values they make.
+
+A command module declares its own options and imports the shared ones from here; it parses,
+calls a service function and prints, nothing else.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Callable, Iterator, NoReturn, TypeVar
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
-from streams.kafka.settings import BOOTSTRAP_ENV
+from streams.kafka.settings import BOOTSTRAP_ENV, CONFIG_ENV
+
+if TYPE_CHECKING:  # imported where used: `traintrace --help` need not load the audit
+    from streams.audit.log import Until
+    from streams.core.state import Config
+    from streams.kafka.settings import KafkaSettings
+    from streams.kafka.topics import TopicNames
+
+F = TypeVar("F", bound=Callable[..., object])
+
+PREFIX_ENV = "TRAINTRACE_TOPIC_PREFIX"
 
 err_console = Console(stderr=True)
 
 
-def bootstrap_option(f):
-    return click.option(
-        "--bootstrap", envvar=BOOTSTRAP_ENV, default=None, metavar="HOST:PORT",
-        help=f"Kafka bootstrap servers. [env {BOOTSTRAP_ENV}; default: the local broker, "
-             "started if needed]")(f)
-
-
-def fail(message: str, code: int = 2) -> None:
-    err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)  # one line in logs
+def fail(message: str, code: int = 2, command: str | None = None) -> NoReturn:
+    """``error: message`` as one line on stderr (never wrapped, so scripts can match it; the
+    message is escaped: it holds paths and values the user gave) and exit ``code``.
+    ``command`` prefixes the line with ``traintrace <command>:``."""
+    prefix = f"traintrace {command}: " if command else ""
+    err_console.print(f"{escape(prefix)}[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     sys.exit(code)
+
+
+# ---------------------------------------------------------------------------------- Kafka
+
+
+def bootstrap_option(f: F | None = None, *, start_broker: bool = True):
+    """``--bootstrap`` [env KAFKA_BOOTSTRAP_SERVERS]; without it the local broker, which is
+    started when ``start_broker`` (else it must run: a fresh one would not have the pipeline's
+    topics). Use as ``@bootstrap_option`` or ``@bootstrap_option(start_broker=False)``."""
+    default = ("the local broker, started if needed" if start_broker
+               else "the running local broker of `traintrace broker start`")
+    option = click.option("--bootstrap", envvar=BOOTSTRAP_ENV, default=None, metavar="HOST:PORT",
+                          help=f"Kafka bootstrap servers. [env {BOOTSTRAP_ENV}; default: {default}]")
+    return option if f is None else option(f)
+
+
+def kafka_config_option(f: F) -> F:
+    return click.option(
+        "--kafka-config", envvar=CONFIG_ENV, default=None, metavar="FILE",
+        type=click.Path(dir_okay=False),
+        help="librdkafka properties every Kafka client gets (key=value lines, # comments), e.g. "
+             f"security.protocol=SASL_SSL and the sasl.* / ssl.* of a secured cluster. [env {CONFIG_ENV}]")(f)
+
+
+def kafka_options(start_broker: bool = False) -> Callable[[F], F]:
+    """``--bootstrap`` and ``--kafka-config``: what :func:`kafka_settings` takes."""
+
+    def decorate(f: F) -> F:
+        return bootstrap_option(kafka_config_option(f), start_broker=start_broker)
+
+    return decorate
 
 
 def resolve_bootstrap(bootstrap: str | None, start: bool = True) -> tuple[str, bool]:
@@ -44,22 +91,115 @@ def resolve_bootstrap(bootstrap: str | None, start: bool = True) -> tuple[str, b
             return broker.start(), True
     except BrokerError as exc:
         fail(str(exc))
-    raise AssertionError("unreachable")
 
 
-def plans_table(plans, title: str):
-    """The rich table of SPEC §11 plans, shared by ``analyze`` and ``plans``."""
-    from rich.table import Table
+def kafka_settings(bootstrap: str | None, kafka_config: str | None = None, *,
+                   start_broker: bool = False) -> "KafkaSettings":
+    """The settings every Kafka client of the command is built from: the bootstrap of
+    :func:`resolve_bootstrap`, the environment's client id, and the properties of
+    ``kafka_config`` (``--kafka-config``; else ``TRAINTRACE_KAFKA_CONFIG``). A bad setting
+    fails (exit 2) naming it."""
+    from streams.kafka.errors import KafkaAdapterError
+    from streams.kafka.settings import KafkaSettings
 
-    table = Table(title=title, title_justify="left")
-    for col in ("job", "inc", "action", "target", "step", "incidents", "command"):
-        table.add_column(col)
-    for p in plans:
-        target = p["target_checkpoint_id"] or ""
-        if p["action"] == "QUARANTINE":
-            target = ", ".join(p.get("quarantined_checkpoint_ids", []))
-        colour = {"ROLLBACK": "yellow", "QUARANTINE": "magenta"}.get(p["action"], "red")
-        table.add_row(p["job_id"], str(p["incarnation"]), f"[{colour}]{p['action']}[/]", target,
-                      "" if p["target_step"] is None else str(p["target_step"]),
-                      ", ".join(i[:12] for i in p["incident_ids"]), p["command_id"][:12])
-    return table
+    bootstrap, _ = resolve_bootstrap(bootstrap, start=start_broker)
+    env = dict(os.environ)
+    if kafka_config is not None:
+        env[CONFIG_ENV] = kafka_config
+    try:
+        return KafkaSettings.from_env(bootstrap=bootstrap, env=env)
+    except KafkaAdapterError as exc:
+        fail(str(exc))
+
+
+def topic_prefix_option(f: F) -> F:
+    return click.option(
+        "--topic-prefix", envvar=PREFIX_ENV, default=None, metavar="PREFIX",
+        help=f"Prefix of every topic name (names themselves: TRAINTRACE_TOPIC_<NAME>, e.g. "
+             f"TRAINTRACE_TOPIC_CONTROL). [env {PREFIX_ENV}]")(f)
+
+
+def topics_for(prefix: str | None) -> "TopicNames":
+    from streams.kafka.topics import TopicNames
+
+    return TopicNames.from_env(prefix)
+
+
+@contextmanager
+def operator_errors() -> Iterator[None]:
+    """One clear line on stderr: exit 1 for bad input, 2 for Kafka and the environment."""
+    from streams.files.jsonl import JsonlError
+    from streams.kafka.errors import KafkaAdapterError
+    from streams.kafka.reader import ReaderError, TopicNotFound
+    from streams.operators.errors import OperatorError
+
+    try:
+        yield
+    except JsonlError as exc:
+        fail(str(exc), 1)
+    except TopicNotFound as exc:
+        fail(f"{exc} (create the pipeline's topics with `traintrace publish --create-topics`, "
+             f"or check --topic-prefix / {PREFIX_ENV})")
+    except (ReaderError, OperatorError, KafkaAdapterError) as exc:
+        fail(str(exc))
+
+
+# ---------------------------------------------------------------------------------- the fold
+
+
+def core_options(f: F) -> F:
+    """The tunables of SPEC §5, shared by every command that folds events."""
+    f = click.option("--taint-margin", type=click.IntRange(min=0), default=0, show_default=True,
+                     envvar="TRAINTRACE_TAINT_MARGIN",
+                     help="T1 taints checkpoints with step >= onset - margin. [env TRAINTRACE_TAINT_MARGIN]")(f)
+    f = click.option("--spike-factor", type=click.FloatRange(min=0, min_open=True), default=3.0,
+                     show_default=True, envvar="TRAINTRACE_SPIKE_FACTOR",
+                     help="A loss above factor x the rolling median is a divergence. "
+                          "[env TRAINTRACE_SPIKE_FACTOR]")(f)
+    f = click.option("--window", type=click.IntRange(min=1), default=10, show_default=True,
+                     envvar="TRAINTRACE_WINDOW",
+                     help="Finite losses in the detector's rolling median. [env TRAINTRACE_WINDOW]")(f)
+    return f
+
+
+def core_config(window: int, spike_factor: float, taint_margin: int) -> "Config":
+    """The :class:`~streams.core.state.Config` of :func:`core_options`."""
+    from streams.core.state import Config
+
+    return Config(window=window, spike_factor=spike_factor, taint_margin=taint_margin)
+
+
+def until_options(f: F) -> F:
+    """``--until`` and ``--until-offsets``: where a read of the topics stops."""
+    from streams.audit.log import TOPICS
+
+    f = click.option("--until-offsets", default=None, metavar="TOPIC:PART=OFF,...",
+                     help="Stop each named topic partition before this offset (topics: "
+                          f"{', '.join(TOPICS)}), e.g. events:0=1200,input:0=40.")(f)
+    f = click.option("--until", "until_time", default=None, metavar="TIME",
+                     help="Leave out records whose Kafka timestamp is after TIME (ms since the epoch, or "
+                          "ISO 8601 such as 2026-11-29T18:30:00Z; UTC when no zone).")(f)
+    return f
+
+
+def parse_time_or_fail(text: str) -> int:
+    """TIME of ``--until``/``--as-of`` in ms since the epoch; a bad one fails (exit 2)."""
+    from streams.audit.log import parse_time
+
+    try:
+        return parse_time(text)
+    except ValueError as exc:
+        fail(str(exc))
+
+
+def make_until(until_time: str | None, until_offsets: str | None) -> "Until | None":
+    """The :class:`~streams.audit.log.Until` of :func:`until_options` (None: read to the end)."""
+    from streams.audit.log import Until, parse_offsets
+
+    if until_time is None and until_offsets is None:
+        return None
+    t_ms = parse_time_or_fail(until_time) if until_time else None
+    try:
+        return Until(t_ms, parse_offsets(until_offsets) if until_offsets else ())
+    except ValueError as exc:
+        fail(str(exc))

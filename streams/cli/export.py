@@ -8,31 +8,19 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from streams.cli.common import fail
-from streams.cli.publish import bootstrap_option, operator_errors, read_bootstrap, topic_prefix_option, topics_for
-from streams.audit.log import TOPICS, Until, parse_offsets, parse_time
+from streams.cli.common import (
+    err_console,
+    fail,
+    kafka_options,
+    kafka_settings,
+    make_until,
+    operator_errors,
+    topic_prefix_option,
+    topics_for,
+    until_options,
+)
+from streams.audit.log import TOPICS
 from streams.audit.export import CODECS, DEFAULT_TOPICS
-
-
-def until_options(f):
-    f = click.option("--until-offsets", default=None, metavar="TOPIC:PART=OFF,...",
-                     help="Stop each named topic partition before this offset (topics: "
-                          f"{', '.join(TOPICS)}), e.g. events:0=1200,input:0=40.")(f)
-    f = click.option("--until", "until_time", default=None, metavar="TIME",
-                     help="Leave out records whose Kafka timestamp is after TIME (ms since the epoch, or "
-                          "ISO 8601 such as 2026-11-29T18:30:00Z; UTC when no zone).")(f)
-    return f
-
-
-def make_until(until_time: str | None, until_offsets: str | None) -> Until | None:
-    if until_time is None and until_offsets is None:
-        return None
-    try:
-        return Until(parse_time(until_time) if until_time else None,
-                     parse_offsets(until_offsets) if until_offsets else ())
-    except ValueError as exc:
-        fail(str(exc))
-    raise AssertionError("unreachable")
 
 
 @click.command()
@@ -46,10 +34,10 @@ def make_until(until_time: str | None, until_offsets: str | None) -> Until | Non
                    "libraries), deflate, or snappy (fastavro needs cramjam to read it). "
                    "[default: snappy when cramjam is installed, else deflate]")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-@bootstrap_option
+@kafka_options(start_broker=False)
 @topic_prefix_option
 def export(out: str, topic_list: str, until_time: str | None, until_offsets: str | None, codec: str | None,
-           as_json: bool, bootstrap: str | None, topic_prefix: str | None) -> None:
+           as_json: bool, bootstrap: str | None, kafka_config: str | None, topic_prefix: str | None) -> None:
     """Write the pipeline's topics to an Avro archive an auditor can check offline.
 
     Every record is kept byte for byte with its topic, partition, offset and timestamp, read
@@ -63,15 +51,14 @@ def export(out: str, topic_list: str, until_time: str | None, until_offsets: str
     if bad:
         fail(f"unknown topic(s) {', '.join(bad)}: choose from {', '.join(TOPICS)}")
     until = make_until(until_time, until_offsets)
-    bootstrap = read_bootstrap(bootstrap)
+    kafka = kafka_settings(bootstrap, kafka_config)
     names = topics_for(topic_prefix)
     from streams.audit.export import export as run_export
 
-    console = Console(stderr=True)
     with operator_errors():
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(bar_width=None),
                       TextColumn("{task.completed} records"), TimeElapsedColumn(),
-                      console=console, transient=True, disable=as_json) as progress:
+                      console=err_console, transient=True, disable=as_json) as progress:
             tasks: dict[str, int] = {}
 
             def tick(topic: str, n: int) -> None:
@@ -81,7 +68,7 @@ def export(out: str, topic_list: str, until_time: str | None, until_offsets: str
                     progress.update(tasks[topic], completed=n)
 
             try:
-                summary = run_export(bootstrap, names, out, until, topics, tick, codec=codec)
+                summary = run_export(kafka, names, out, until, topics, tick, codec=codec)
             except ValueError as exc:  # snappy without cramjam
                 fail(str(exc))
     result = summary.as_dict()

@@ -32,7 +32,7 @@ def keygen(out_dir: Path, force: bool, as_json: bool) -> None:
     try:
         pair = write_keypair(out_dir, overwrite=force)
     except SigningError as exc:
-        fail(escape(str(exc)), 1)
+        fail(str(exc), 1)
     if as_json:
         click.echo(json.dumps({"key_id": pair.key_id, "private_key": str(pair.private_path),
                                "public_key": str(pair.public_path)}, indent=2))

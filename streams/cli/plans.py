@@ -6,27 +6,26 @@ import json
 from typing import Any
 
 import click
-
-from streams.cli.common import plans_table
 from rich.console import Console
-from rich.table import Table
 
-from streams.cli.publish import (
-    bootstrap_option,
+from streams.cli.common import (
+    err_console,
+    kafka_options,
+    kafka_settings,
     operator_errors,
-    read_bootstrap,
     topic_prefix_option,
     topics_for,
 )
+from streams.cli.tables import halts_table, plans_table
 
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True,
               help='Print {"plans": [...], "halts": [...]} (sorted by job_id; the plan shape of '
                    "SPEC §11 plus command_id).")
-@bootstrap_option
+@kafka_options(start_broker=False)
 @topic_prefix_option
-def plans(as_json: bool, bootstrap: str | None, topic_prefix: str | None) -> None:
+def plans(as_json: bool, bootstrap: str | None, kafka_config: str | None, topic_prefix: str | None) -> None:
     """Show the rollback plans and halts in force on the live pipeline.
 
     Reads the control topic from the beginning to its current end (no consumer group, nothing
@@ -35,18 +34,17 @@ def plans(as_json: bool, bootstrap: str | None, topic_prefix: str | None) -> Non
     HaltCommand (reason RELEASE means released). Records that do not decode are counted on
     stderr and otherwise ignored. Exit 2 when the broker or the topic is missing.
     """
-    bootstrap = read_bootstrap(bootstrap)
+    kafka = kafka_settings(bootstrap, kafka_config)
     topics = topics_for(topic_prefix)
     from streams.codec import Codec
     from streams.operators.plans import read_control
 
     with operator_errors():
-        state = read_control(bootstrap, topics, Codec())
-    err = Console(stderr=True)
+        state = read_control(kafka, topics, Codec())
     if state.undecodable:
         reasons = ", ".join(f"{r} {n}" for r, n in sorted(state.undecodable_reasons.items()))
-        err.print(f"[yellow]warning:[/yellow] {state.undecodable} record(s) of {topics.control} "
-                  f"could not be decoded and were ignored ({reasons})", highlight=False, soft_wrap=True)
+        err_console.print(f"[yellow]warning:[/yellow] {state.undecodable} record(s) of {topics.control} "
+                          f"could not be decoded and were ignored ({reasons})", highlight=False, soft_wrap=True)
     result = state.to_dict()
     if as_json:
         click.echo(json.dumps(result, indent=2, sort_keys=True))
@@ -61,13 +59,7 @@ def render(console: Console, result: dict[str, Any], topic: str, records: int) -
     else:
         console.print("[green]No plan in force.[/green]")
     if result["halts"]:
-        table = Table(title="Halted jobs", title_justify="left")
-        table.add_column("job")
-        table.add_column("reason", style="red")
-        table.add_column("detail")
-        for h in result["halts"]:
-            table.add_row(h["job_id"], h["reason"], h.get("detail") or "")
-        console.print(table)
+        console.print(halts_table(result["halts"], "Halted jobs", reason_style="red"))
         console.print("[dim]Release a job with `traintrace release JOB`.[/dim]")
     else:
         console.print("[green]No job halted.[/green]")

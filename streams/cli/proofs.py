@@ -4,20 +4,28 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.markup import escape
 
-from streams.cli.common import fail
-from streams.cli.publish import bootstrap_option, operator_errors, read_bootstrap, topic_prefix_option, topics_for
+from streams.cli.common import (
+    err_console,
+    fail,
+    kafka_options,
+    kafka_settings,
+    operator_errors,
+    topic_prefix_option,
+    topics_for,
+)
 
 
 def _split(text: str, what: str, example: str) -> tuple[str, str]:
     left, sep, right = text.rpartition(":")
     if not sep or not left or not right:
-        fail(escape(f"bad {what} {text!r}: want {example}"), 1)
+        fail(f"bad {what} {text!r}: want {example}", 1)
     return left, right
 
 
@@ -27,7 +35,7 @@ def _int(text: str, what: str) -> int:
     except ValueError:
         n = -1
     if n < 0:
-        fail(escape(f"bad {what} {text!r}: want an integer >= 0"), 1)
+        fail(f"bad {what} {text!r}: want an integer >= 0", 1)
     return n
 
 
@@ -49,11 +57,11 @@ def _int(text: str, what: str) -> int:
 @click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
               help="Write the proof document to FILE instead of stdout.")
 @click.option("--json", "as_json", is_flag=True, help="With --out: print a JSON summary.")
-@bootstrap_option
+@kafka_options(start_broker=False)
 @topic_prefix_option
 def prove(source: str, head_job: str | None, event_ref: str | None, sizes: str | None, cohort: str | None,
           size: int | None, recompute: bool, out: Path | None, as_json: bool, bootstrap: str | None,
-          topic_prefix: str | None) -> None:
+          kafka_config: str | None, topic_prefix: str | None) -> None:
     """Write a self-contained Merkle proof about SOURCE: an archive (`traintrace export`), a
     JSON Lines file of events, or `kafka` (the live topics).
 
@@ -63,33 +71,12 @@ def prove(source: str, head_job: str | None, event_ref: str | None, sizes: str |
     recomputed from the log. Check the document with `traintrace verify-proof FILE`.
     Exits 1 when the proof cannot be made (unknown job, event, cohort or size).
     """
-    modes = [m for m in (head_job, event_ref, sizes) if m is not None]
-    if len(modes) != 1:
-        fail("choose exactly one of --head JOB, --event JOB:SEQ, --consistency OLD:NEW", 1)
-    if sizes is not None and cohort is None:
-        fail("--consistency needs --cohort", 1)
-    if size is not None and event_ref is None:
-        fail("--size goes with --event", 1)
-    if recompute and head_job is None:
-        fail("--recompute goes with --head", 1)
-
-    from streams.files.archive import ArchiveError
-    from streams.audit.log import AuditLogError, load
+    _check_mode(head_job, event_ref, sizes, cohort, size, recompute)
+    log = _load(source, bootstrap, kafka_config, topic_prefix)
     from streams.audit.proofs import ProofError, prove_consistency, prove_event, prove_head, replay
 
-    err = Console(stderr=True)
-    with operator_errors():
-        try:
-            if source == "kafka":
-                log = load(source, bootstrap=read_bootstrap(bootstrap), names=topics_for(topic_prefix))
-            else:
-                log = load(source)
-        except (AuditLogError, ArchiveError) as exc:
-            fail(str(exc))
-        except OSError as exc:
-            fail(f"cannot read {source}: {exc.strerror or exc}")
     try:
-        with err.status("folding the log", spinner="dots") if err.is_terminal else _null():
+        with err_console.status("folding the log", spinner="dots") if err_console.is_terminal else nullcontext():
             src = replay(log)
         if head_job is not None:
             doc = prove_head(src, head_job, cohort, recompute=recompute)
@@ -100,10 +87,45 @@ def prove(source: str, head_job: str | None, event_ref: str | None, sizes: str |
             old, new = _split(sizes, "--consistency", "OLD:NEW, e.g. 10:25")
             doc = prove_consistency(src, cohort, _int(old, "old size"), _int(new, "new size"))
     except ProofError as exc:
-        fail(escape(str(exc)), 1)
+        fail(str(exc), 1)
     if src.undecodable_commitments:
-        err.print(f"[yellow]warning:[/yellow] {src.undecodable_commitments} commitment record(s) could not be "
-                  "decoded and were ignored", highlight=False)
+        err_console.print(f"[yellow]warning:[/yellow] {src.undecodable_commitments} commitment record(s) could not be "
+                          "decoded and were ignored", highlight=False)
+    _print_proof(doc, out, as_json)
+
+
+def _check_mode(head_job: str | None, event_ref: str | None, sizes: str | None, cohort: str | None,
+                size: int | None, recompute: bool) -> None:
+    """Exactly one kind of proof, with only the options that go with it (else exit 1)."""
+    modes = [m for m in (head_job, event_ref, sizes) if m is not None]
+    if len(modes) != 1:
+        fail("choose exactly one of --head JOB, --event JOB:SEQ, --consistency OLD:NEW", 1)
+    if sizes is not None and cohort is None:
+        fail("--consistency needs --cohort", 1)
+    if size is not None and event_ref is None:
+        fail("--size goes with --event", 1)
+    if recompute and head_job is None:
+        fail("--recompute goes with --head", 1)
+
+
+def _load(source: str, bootstrap: str | None, kafka_config: str | None, topic_prefix: str | None):
+    """The log of SOURCE; one line and exit 2 when it cannot be read."""
+    from streams.audit.log import AuditLogError, load
+    from streams.files.archive import ArchiveError
+
+    with operator_errors():
+        try:
+            if source == "kafka":
+                return load(source, None, kafka_settings(bootstrap, kafka_config), topics_for(topic_prefix))
+            return load(source)
+        except (AuditLogError, ArchiveError) as exc:
+            fail(str(exc))
+        except OSError as exc:
+            fail(f"cannot read {source}: {exc.strerror or exc}")
+
+
+def _print_proof(doc: dict, out: Path | None, as_json: bool) -> None:
+    """The proof document on stdout, or written to ``out`` with a summary line (or JSON)."""
     text = json.dumps(doc, indent=2, sort_keys=True)
     if out is None:
         click.echo(text)
@@ -119,14 +141,6 @@ def prove(source: str, head_job: str | None, event_ref: str | None, sizes: str |
         return
     Console().print(f"wrote {doc['type']} proof for cohort [bold]{escape(doc['cohort'])}[/bold] to "
                     f"{escape(str(out))} [dim](commitment: {anchored})[/dim]", highlight=False)
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 @click.command("verify-proof")
@@ -153,7 +167,7 @@ def verify_proof(file: str, trusted_keys: tuple[Path, ...], as_json: bool) -> No
         try:
             trusted = load_keyring(trusted_keys)
         except SigningError as exc:
-            fail(escape(str(exc)))
+            fail(str(exc))
     try:
         text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
     except OSError as exc:

@@ -1,15 +1,11 @@
-"""``traintrace publish``: a JSON Lines event log onto the live pipeline's events topic.
-
-Also the options and error handling shared by the operators' commands (publish, watch, plans,
-release).
-"""
+"""``traintrace publish``: a JSON Lines event log onto the live pipeline's events topic."""
 
 from __future__ import annotations
 
 import json
 import sys
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
 import click
 from rich.console import Console
@@ -17,62 +13,17 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from streams.files.jsonl import JsonlError
-from streams.kafka.errors import KafkaAdapterError
-from streams.kafka.settings import BOOTSTRAP_ENV
-from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
-from streams.cli.common import resolve_bootstrap
+from streams.cli.common import (
+    err_console,
+    fail,
+    kafka_options,
+    kafka_settings,
+    operator_errors,
+    topic_prefix_option,
+    topics_for,
+)
 
-PREFIX_ENV = "TRAINTRACE_TOPIC_PREFIX"
-
-
-def fail(message: str, code: int = 2) -> None:
-    """One line on stderr (never wrapped, so scripts can match it) and exit ``code``."""
-    Console(stderr=True).print(f"[red]error:[/red] {escape(message)}", highlight=False,
-                               soft_wrap=True)
-    sys.exit(code)
-
-
-def bootstrap_option(f):
-    """``--bootstrap`` as in :mod:`streams.cli.common`, but these commands never start a broker."""
-    return click.option(
-        "--bootstrap", envvar=BOOTSTRAP_ENV, default=None, metavar="HOST:PORT",
-        help=f"Kafka bootstrap servers. [env {BOOTSTRAP_ENV}; default: the running local broker "
-             "of `traintrace broker start`]")(f)
-
-
-def topic_prefix_option(f):
-    return click.option(
-        "--topic-prefix", envvar=PREFIX_ENV, default=None, metavar="PREFIX",
-        help=f"Prefix of every topic name (names themselves: TRAINTRACE_TOPIC_<NAME>, e.g. "
-             f"TRAINTRACE_TOPIC_CONTROL). [env {PREFIX_ENV}]")(f)
-
-
-def topics_for(prefix: str | None) -> TopicNames:
-    return TopicNames.from_env(prefix)
-
-
-def read_bootstrap(bootstrap: str | None) -> str:
-    """The given bootstrap, or the running local broker (never started here: the pipeline's
-    topics would not exist on a fresh one)."""
-    return resolve_bootstrap(bootstrap, start=False)[0]
-
-
-@contextmanager
-def operator_errors() -> Iterator[None]:
-    """One clear line on stderr: exit 1 for bad input, 2 for Kafka and the environment."""
-    from streams.kafka.reader import ReaderError, TopicNotFound
-    from streams.operators.errors import OperatorError
-
-    try:
-        yield
-    except JsonlError as exc:
-        fail(str(exc), 1)
-    except TopicNotFound as exc:
-        fail(f"{exc} (create the pipeline's topics with `traintrace publish --create-topics`, "
-             f"or check --topic-prefix / {PREFIX_ENV})")
-    except (ReaderError, OperatorError, KafkaAdapterError) as exc:
-        fail(str(exc))
+ProgressFn = Callable[[str, int, int], None]
 
 
 @click.command()
@@ -84,10 +35,10 @@ def operator_errors() -> Iterator[None]:
                    "and control) before publishing.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the summary as JSON: topic, produced, by_type, skipped.")
-@bootstrap_option
+@kafka_options(start_broker=False)
 @topic_prefix_option
 def publish(file: str, skip_invalid: bool, create_topics: bool, as_json: bool,
-            bootstrap: str | None, topic_prefix: str | None) -> None:
+            bootstrap: str | None, kafka_config: str | None, topic_prefix: str | None) -> None:
     """Publish the events of FILE (JSON Lines, '-' for stdin) to the events topic.
 
     Every line is validated first: a malformed line stops with `FILE:LINE: field 'x' ...`,
@@ -97,21 +48,41 @@ def publish(file: str, skip_invalid: bool, create_topics: bool, as_json: bool,
     before the summary is printed; a failed delivery, an unreachable broker or a missing topic
     exit 2.
     """
-    err = Console(stderr=True)
-    bootstrap = read_bootstrap(bootstrap)
+    kafka = kafka_settings(bootstrap, kafka_config)
     topics = topics_for(topic_prefix)
     from streams.codec import Codec
+    from streams.kafka.topics import ensure_topics, standard_topics
     from streams.operators.publish import publish_file
 
-    bar: Progress | None = None
-    progress_cb = None
-    if file != "-" and err.is_terminal and not as_json:
-        bar = Progress(TextColumn("{task.description:<10}"), BarColumn(), TaskProgressColumn(),
-                       TextColumn("{task.fields[detail]}"), TimeRemainingColumn(), console=err,
-                       transient=True)
+    with operator_errors():
+        if create_topics:
+            ensure_topics(kafka, standard_topics(topics))
+        try:
+            with _progress(file != "-" and err_console.is_terminal and not as_json) as progress:
+                result = publish_file(file, kafka, topics, Codec(), skip_invalid=skip_invalid,
+                                      progress=progress)
+        except OSError as exc:
+            fail(f"cannot read {file}: {exc.strerror or exc}", 2)
+    for skipped in result.skipped:
+        err_console.print(f"[yellow]skipped[/yellow] {escape(str(skipped))}", highlight=False, soft_wrap=True)
+    if as_json:
+        click.echo(json.dumps({"bootstrap": kafka.bootstrap, **result.summary()}, indent=2, sort_keys=True))
+        return
+    _print_summary(result, kafka.bootstrap)
+
+
+@contextmanager
+def _progress(shown: bool) -> Iterator[ProgressFn | None]:
+    """Bars of the reading and producing phases on stderr when ``shown``; yields their callback."""
+    if not shown:
+        yield None
+        return
+    with Progress(TextColumn("{task.description:<10}"), BarColumn(), TaskProgressColumn(),
+                  TextColumn("{task.fields[detail]}"), TimeRemainingColumn(), console=err_console,
+                  transient=True) as bar:
         tasks: dict[str, int] = {}
 
-        def progress_cb(phase: str, done: int, total: int) -> None:
+        def progress(phase: str, done: int, total: int) -> None:
             if phase == "reading":
                 detail = f"{done / 1e6:.1f}/{total / 1e6:.1f} MB" if total else f"{done / 1e6:.1f} MB"
             else:
@@ -120,24 +91,10 @@ def publish(file: str, skip_invalid: bool, create_topics: bool, as_json: bool,
                 tasks[phase] = bar.add_task(phase, total=total or None, detail=detail)
             bar.update(tasks[phase], completed=done, total=total or None, detail=detail)
 
-    with operator_errors():
-        if create_topics:
-            ensure_topics(bootstrap, standard_topics(topics))
-        try:
-            if bar:
-                bar.start()
-            result = publish_file(file, bootstrap, topics, Codec(), skip_invalid=skip_invalid,
-                                  progress=progress_cb)
-        except OSError as exc:
-            fail(f"cannot read {file}: {exc.strerror or exc}", 2)
-        finally:
-            if bar:
-                bar.stop()
-    for skipped in result.skipped:
-        err.print(f"[yellow]skipped[/yellow] {escape(str(skipped))}", highlight=False, soft_wrap=True)
-    if as_json:
-        click.echo(json.dumps({"bootstrap": bootstrap, **result.summary()}, indent=2, sort_keys=True))
-        return
+        yield progress
+
+
+def _print_summary(result, bootstrap: str) -> None:
     console = Console()
     console.print(f"Published [bold]{result.produced}[/bold] events to {escape(result.topic)} "
                   f"on {escape(bootstrap)}", highlight=False, soft_wrap=True)

@@ -7,13 +7,7 @@ import json
 import click
 from rich.console import Console
 
-from streams.cli.publish import (
-    bootstrap_option,
-    operator_errors,
-    read_bootstrap,
-    topic_prefix_option,
-    topics_for,
-)
+from streams.cli.common import kafka_options, kafka_settings, operator_errors, topic_prefix_option, topics_for
 
 
 @click.command()
@@ -24,10 +18,10 @@ from streams.cli.publish import (
               help="The job's cohort_id, recorded in the command.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the HaltCommand produced and the halt it lifts as JSON.")
-@bootstrap_option
+@kafka_options(start_broker=False)
 @topic_prefix_option
 def release(job: str, operator: str | None, cohort_id: str | None, as_json: bool,
-            bootstrap: str | None, topic_prefix: str | None) -> None:
+            bootstrap: str | None, kafka_config: str | None, topic_prefix: str | None) -> None:
     """Release the halted job JOB.
 
     Produces a HaltCommand with reason RELEASE to the control topic, keyed by JOB (command_id
@@ -36,7 +30,7 @@ def release(job: str, operator: str | None, cohort_id: str | None, as_json: bool
     reported; a job that is not halted is released anyway (a no-op for the pipeline). Exit 2
     when the broker or the topic is missing.
     """
-    bootstrap = read_bootstrap(bootstrap)
+    kafka = kafka_settings(bootstrap, kafka_config)
     topics = topics_for(topic_prefix)
     from streams.codec import Codec
     from streams.operators.plans import read_control
@@ -44,8 +38,8 @@ def release(job: str, operator: str | None, cohort_id: str | None, as_json: bool
 
     codec = Codec()
     with operator_errors():
-        before = read_control(bootstrap, topics, codec).halts.get(job)
-        record = release_job(bootstrap, topics, job, operator=operator, cohort_id=cohort_id,
+        before = read_control(kafka, topics, codec).halts.get(job)
+        record = release_job(kafka, topics, job, operator=operator, cohort_id=cohort_id,
                              codec=codec)
     if as_json:
         click.echo(json.dumps({"released": record, "was_halted": before is not None,

@@ -15,13 +15,16 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from streams.cli.publish import (
-    bootstrap_option,
+from streams.cli.common import (
+    err_console,
+    kafka_options,
+    kafka_settings,
     operator_errors,
-    read_bootstrap,
     topic_prefix_option,
     topics_for,
 )
+from streams.kafka.settings import KafkaSettings
+from streams.kafka.topics import TopicNames
 
 _KIND_STYLE = {
     "INCIDENT_OPENED": "bold red",
@@ -91,10 +94,11 @@ def _table(rows: list[dict[str, Any]], topic: str, total: int, width: int = 200)
               help="Exit after this many alerts (scripts, tests).")
 @click.option("--idle-timeout", type=click.FloatRange(min=0), default=None, hidden=True,
               help="Exit after this many seconds without a record (scripts, tests).")
-@bootstrap_option
+@kafka_options(start_broker=False)
 @topic_prefix_option
 def watch(as_json: bool, from_beginning: bool, max_messages: int | None,
-          idle_timeout: float | None, bootstrap: str | None, topic_prefix: str | None) -> None:
+          idle_timeout: float | None, bootstrap: str | None, kafka_config: str | None,
+          topic_prefix: str | None) -> None:
     """Follow the alerts topic and show alerts as they arrive.
 
     A live table (time, kind, cohort, job, checkpoint, incident, message) on a terminal; one
@@ -102,8 +106,10 @@ def watch(as_json: bool, from_beginning: bool, max_messages: int | None,
     --from-beginning. Records that are not alerts are skipped with a note on stderr. Ctrl-C
     stops (exit 0); exit 2 when the broker or the topic is missing.
     """
+    kafka = kafka_settings(bootstrap, kafka_config)
+    topics = topics_for(topic_prefix)
     try:
-        _watch(as_json, from_beginning, max_messages, idle_timeout, bootstrap, topic_prefix)
+        _watch(kafka, topics, as_json, from_beginning, max_messages, idle_timeout)
     except KeyboardInterrupt:
         pass
     except BrokenPipeError:  # `traintrace watch --json | head`: stop quietly
@@ -111,20 +117,16 @@ def watch(as_json: bool, from_beginning: bool, max_messages: int | None,
         os.dup2(devnull, sys.stdout.fileno())
 
 
-def _watch(as_json: bool, from_beginning: bool, max_messages: int | None,
-           idle_timeout: float | None, bootstrap: str | None, topic_prefix: str | None) -> None:
-    bootstrap = read_bootstrap(bootstrap)
-    topics = topics_for(topic_prefix)
+def _watch(kafka: KafkaSettings, topics: TopicNames, as_json: bool, from_beginning: bool,
+           max_messages: int | None, idle_timeout: float | None) -> None:
     from streams.codec import Codec
     from streams.operators.alerts import alerts
 
-    err = Console(stderr=True)
-
     def on_skip(msg: Any, reason: str) -> None:
-        err.print(f"[yellow]skipped[/yellow] {escape(f'{msg.topic}[{msg.partition}]@{msg.offset}')}: "
-                  f"{escape(reason)}", highlight=False, soft_wrap=True)
+        err_console.print(f"[yellow]skipped[/yellow] {escape(f'{msg.topic}[{msg.partition}]@{msg.offset}')}: "
+                          f"{escape(reason)}", highlight=False, soft_wrap=True)
 
-    stream = alerts(bootstrap, topics, Codec(), follow=True, from_beginning=from_beginning,
+    stream = alerts(kafka, topics, Codec(), follow=True, from_beginning=from_beginning,
                     idle_timeout=idle_timeout, max_messages=max_messages, on_skip=on_skip)
     console = Console()
     with operator_errors():

@@ -4,17 +4,32 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from streams.cli.analyze import core_options
-from streams.cli.common import bootstrap_option, err_console, fail, resolve_bootstrap
+from rich.markup import escape
+
+from streams.cli.common import (
+    bootstrap_option,
+    core_config,
+    core_options,
+    err_console,
+    fail,
+    kafka_settings,
+    topic_prefix_option,
+    topics_for,
+)
+
+if TYPE_CHECKING:
+    from streams.kafka.settings import KafkaSettings
+    from streams.kafka.topics import TopicNames
+    from streams.worker.settings import WorkerSettings
 
 
 @click.command()
 @bootstrap_option
-@click.option("--topic-prefix", envvar="TRAINTRACE_TOPIC_PREFIX", default="",
-              help="Prefix of every topic name. [env TRAINTRACE_TOPIC_PREFIX]")
+@topic_prefix_option
 @click.option("--app-id", envvar="TRAINTRACE_APP_ID", default="traintrace", show_default=True,
               help="Faust application id (the consumer group). [env TRAINTRACE_APP_ID]")
 @click.option("--partitions", type=click.IntRange(min=1), envvar="TRAINTRACE_PARTITIONS", default=8,
@@ -50,8 +65,8 @@ from streams.cli.common import bootstrap_option, err_console, fail, resolve_boot
               help="Ed25519 private key (PEM, from `traintrace keygen`) to sign every LineageCommitment with; "
                    "unsigned without it. [env TRAINTRACE_SIGNING_KEY]")
 @click.option("--reset-data-dir", is_flag=True, envvar="TRAINTRACE_RESET_DATA_DIR",
-              help="Take over a data directory of another app id: discard its table cache (rebuilt from the "
-                   "changelog). [env TRAINTRACE_RESET_DATA_DIR]")
+              help="Take over a data directory of another app id (the worker's state is in Kafka). "
+                   "[env TRAINTRACE_RESET_DATA_DIR]")
 @click.option("--retention-ms", type=click.IntRange(min=-1), envvar="TRAINTRACE_RETENTION_MS", default=-1,
               show_default=True,
               help="Retention of the topics the audit and recovery read (events, by-cohort, control, manifests, "
@@ -73,70 +88,83 @@ def worker(bootstrap, topic_prefix, app_id, partitions, data_dir, store, web_por
     would lose records (finite retention, compaction) unless --allow-finite-retention.
     Stops cleanly on Ctrl-C / SIGTERM.
     """
-    from streams.kafka.errors import KafkaAdapterError
-    from streams.kafka.topics import (
-        FiniteRetentionError,
-        TopicNames,
-        check_audit_retention,
-        ensure_topics,
-        seed_group_offsets,
-        standard_topics,
-    )
-    from streams.errors import TraintraceError
-    from streams.worker.settings import WorkerSettings
-    from streams.core.state import Config
-
-    key_note = "commitments unsigned"
-    if signing_key is not None:  # fail before starting anything when the key is unusable
-        from streams.signing import CommitmentSigner, SigningError
-
-        try:
-            key_note = f"commitments signed by key {CommitmentSigner.from_file(signing_key).key_id}"
-        except SigningError as exc:
-            from rich.markup import escape
-
-            fail(escape(str(exc)))
+    key_note = _key_note(signing_key)  # fail before starting anything when the key is unusable
     if retention_ms == 0:
         fail("--retention-ms 0 would delete the audit trail at once: give milliseconds > 0, or -1 to keep everything")
-    bootstrap, _ = resolve_bootstrap(bootstrap)
-    topics = TopicNames.from_env(topic_prefix)
-    from rich.markup import escape
+    kafka = kafka_settings(bootstrap, start_broker=True)
+    topics = topics_for(topic_prefix)
+    _prepare_topics(kafka, topics, app_id, partitions, retention_ms, allow_finite_retention)
+    from streams.worker.settings import WorkerSettings
 
-    try:
-        ensure_topics(bootstrap, standard_topics(topics, partitions, retention_ms=retention_ms))
-        try:  # the audit trail must not expire: refuse a log that would lose records (one line)
-            check_audit_retention(bootstrap, topics, retention_ms)
-        except FiniteRetentionError as exc:
-            if not allow_finite_retention:
-                fail(escape(f"{exc}; or pass --allow-finite-retention [env TRAINTRACE_ALLOW_FINITE_RETENTION=1]"))
-            for finding in exc.findings:
-                err_console.print(f"traintrace worker: warning: {escape(finding.describe())} "
-                                  f"(--allow-finite-retention)", highlight=False, soft_wrap=True)
-        seed_group_offsets(bootstrap, app_id, [topics.events, topics.by_cohort])
-    except KafkaAdapterError as exc:
-        fail(escape(str(exc)))
     settings = WorkerSettings(
-        bootstrap=bootstrap, topics=topics, app_id=app_id, partitions=partitions,
+        bootstrap=kafka.bootstrap, topics=topics, app_id=app_id, partitions=partitions,
         data_dir=data_dir or Path(f".traintrace/worker-{web_port}"),
         store=f"{store}://", web_port=web_port, web_host=web_host,
-        core=Config(window=window, spike_factor=spike_factor, taint_margin=taint_margin),
+        core=core_config(window, spike_factor, taint_margin),
         grace_ms=int(grace_seconds * 1000), ack_timeout_ms=int(ack_timeout * 1000),
         commitment_interval_s=commitment_interval, commit_interval_s=commit_interval,
         session_timeout_s=session_timeout, loglevel=loglevel,
         signing_key=signing_key,
     )
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    from streams.worker.datadir import prepare_data_dir
-
-    try:  # a data dir of another app id, or a table cache of another Kafka log (Faust's ConsistencyError)
-        note = prepare_data_dir(settings, reset=reset_data_dir)
-    except TraintraceError as exc:  # DataDirError, or Kafka unreachable while checking
-        fail(escape(str(exc)))
-    if note:
-        err_console.print(f"traintrace worker: {escape(note)}", highlight=False, soft_wrap=True)
-    err_console.print(f"traintrace worker: Kafka {bootstrap}, topics {topics.events} -> {topics.control}, "
+    _prepare_data_dir(settings, reset_data_dir)
+    err_console.print(f"traintrace worker: Kafka {kafka.bootstrap}, topics {topics.events} -> {topics.control}, "
                       f"web http://{web_host}:{web_port}, data {settings.data_dir}, {key_note}", highlight=False)
     run_worker(settings)
+
+
+def _key_note(signing_key: Path | None) -> str:
+    """What the start-up line says about signing; an unusable key fails."""
+    if signing_key is None:
+        return "commitments unsigned"
+    from streams.signing import CommitmentSigner, SigningError
+
+    try:
+        return f"commitments signed by key {CommitmentSigner.from_file(signing_key).key_id}"
+    except SigningError as exc:
+        fail(str(exc))
+
+
+def _prepare_topics(kafka: "KafkaSettings", topics: "TopicNames", app_id: str, partitions: int,
+                    retention_ms: int, allow_finite_retention: bool) -> None:
+    """Create the missing topics, refuse (or warn about) an audit trail that would expire, and
+    give the worker's group an offset on every partition it reads."""
+    from streams.kafka.errors import KafkaAdapterError
+    from streams.kafka.topics import (
+        FiniteRetentionError,
+        check_audit_retention,
+        ensure_topics,
+        seed_group_offsets,
+        standard_topics,
+    )
+
+    try:
+        ensure_topics(kafka, standard_topics(topics, partitions, retention_ms=retention_ms))
+        try:  # the audit trail must not expire: refuse a log that would lose records (one line)
+            check_audit_retention(kafka, topics, retention_ms)
+        except FiniteRetentionError as exc:
+            if not allow_finite_retention:
+                fail(f"{exc}; or pass --allow-finite-retention [env TRAINTRACE_ALLOW_FINITE_RETENTION=1]")
+            for finding in exc.findings:
+                err_console.print(f"traintrace worker: warning: {escape(finding.describe())} "
+                                  f"(--allow-finite-retention)", highlight=False, soft_wrap=True)
+        seed_group_offsets(kafka, app_id, [topics.events, topics.by_cohort])
+    except KafkaAdapterError as exc:
+        fail(str(exc))
+
+
+def _prepare_data_dir(settings: "WorkerSettings", reset: bool) -> None:
+    """Make the data directory, or refuse one of another app id or Kafka log (Faust's
+    ConsistencyError) unless ``reset``."""
+    from streams.errors import TraintraceError
+    from streams.worker.datadir import prepare_data_dir
+
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        note = prepare_data_dir(settings, reset=reset)
+    except TraintraceError as exc:  # DataDirError, or Kafka unreachable while checking
+        fail(str(exc))
+    if note:
+        err_console.print(f"traintrace worker: {escape(note)}", highlight=False, soft_wrap=True)
 
 
 def run_worker(settings) -> None:
