@@ -87,7 +87,7 @@ from streams.core.errors import InvalidEvent
 from streams.core.events import CONSUMPTION_MODES, FINISH_STATUSES, Event, parse_event
 from streams.files.atomic import atomic_write
 from streams.kafka.errors import KafkaAdapterError
-from streams.kafka.settings import BOOTSTRAP_ENV, KafkaSettings
+from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames
 
 log = logging.getLogger("traintrace.client")
@@ -113,13 +113,10 @@ def _kafka_settings(bootstrap: KafkaSettings | str | None) -> KafkaSettings:
     ``$KAFKA_BOOTSTRAP_SERVERS``) as the servers."""
     if isinstance(bootstrap, KafkaSettings):
         return bootstrap
-    bootstrap = bootstrap or os.environ.get(BOOTSTRAP_ENV, "").strip()
-    if not bootstrap:
-        raise ClientError(f"no Kafka bootstrap servers: pass bootstrap= or set ${BOOTSTRAP_ENV}")
     try:
-        return KafkaSettings.of(bootstrap)
-    except KafkaAdapterError as exc:  # e.g. an unreadable TRAINTRACE_KAFKA_CONFIG
-        raise ClientError(str(exc)) from exc
+        return KafkaSettings.from_env(bootstrap=bootstrap or None)
+    except KafkaAdapterError as exc:  # no servers anywhere, an unreadable TRAINTRACE_KAFKA_CONFIG
+        raise ClientError(f"{exc} (JobClient: pass bootstrap=)") from exc
 
 
 class JobClient:
