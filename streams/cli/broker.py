@@ -86,6 +86,11 @@ def _print_running(st: dict[str, Any], headline: str) -> None:
     _out.print(f"  data: {st['data_dir']}")
     _out.print(f"  log:  {st['log_file']}")
     _out.print(f"export KAFKA_BOOTSTRAP_SERVERS={st['bootstrap']}")
+    if st.get("secure"):
+        _out.print("  secure: SASL_SSL (SCRAM-SHA-512), ACLs enforced; client properties per role:")
+        for role, path in sorted(st.get("client_properties", {}).items()):
+            _out.print(f"    {role:<10} {path}")
+        _out.print("export TRAINTRACE_KAFKA_CONFIG=<one of them>")
 
 
 @click.group("broker")
@@ -116,6 +121,11 @@ def broker() -> None:
     "--timeout", type=click.FloatRange(1), envvar="TRAINTRACE_BROKER_TIMEOUT", show_envvar=True,
     default=60.0, show_default=True, help="Seconds to wait for the broker to answer.",
 )
+@click.option(
+    "--secure", is_flag=True, envvar="TRAINTRACE_BROKER_SECURE", show_envvar=True,
+    help="SASL_SSL (SCRAM-SHA-512) with a throw-away CA, ACLs enforced, one client properties "
+         "file per role in the data dir. A data dir stays secure or not.",
+)
 @_docker_options
 @_json_option
 @_errors
@@ -125,11 +135,14 @@ def start(
     data_dir: Path | None,
     kafka_version: str,
     timeout: float,
+    secure: bool,
     docker: bool,
     compose_file: Path,
     as_json: bool,
 ) -> None:
     """Start the broker (or report the one already running) and print its bootstrap address."""
+    if docker and secure:
+        fail("--secure runs the local JVM broker; it does not apply to --docker", command="broker")
     if docker:
         with _err.status("docker compose up (kafka + topics)…"):
             bootstrap = lib.docker_compose_up(compose_file, timeout=max(timeout, 120.0))
@@ -140,7 +153,7 @@ def start(
             _out.print(f"export KAFKA_BOOTSTRAP_SERVERS={bootstrap}")
         return
 
-    b = lib.LocalBroker(data_dir, port=port, controller_port=controller_port, version=kafka_version)
+    b = lib.LocalBroker(data_dir, port=port, controller_port=controller_port, version=kafka_version, secure=secure)
     st = b.status()
     if st["running"]:
         if as_json:

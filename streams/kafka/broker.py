@@ -11,6 +11,13 @@ data directory::
       log4j2.properties    INFO to broker.log, nothing to the console
       broker.log           the broker's log (the previous run's is kept as broker.log.1)
       kraft/               log.dirs: formatted once, reused by every later start
+      secure/              with ``secure=True`` only (:mod:`streams.kafka.secure`): the CA, the
+                           broker's certificate, the SCRAM users, a client properties file per role
+
+``LocalBroker(secure=True)`` (``traintrace broker start --secure``) listens with SASL_SSL
+(SCRAM-SHA-512) instead of PLAINTEXT, authorizes with KRaft's ``StandardAuthorizer`` (nothing is
+allowed that no ACL grants) and grants each role its ACLs (:mod:`streams.kafka.acls`) at start.
+A data directory stays what it was formatted as: secure or not.
 
 This module is a library: it never prints. Failures raise :class:`BrokerError` subclasses whose
 message (one line) says what to do; longer context (Maven output, the broker's log tail) is in
@@ -36,6 +43,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from streams.kafka import secure as _secure
 from streams.kafka.errors import KafkaAdapterError
 
 __all__ = [
@@ -582,11 +590,13 @@ def wait_until_ready(
     *,
     alive: Any = None,
     poll: float = 0.25,
+    kafka: Any = None,
 ) -> dict[str, Any]:
     """Block until a confluent-kafka AdminClient gets metadata from ``bootstrap``.
 
     ``alive`` is an optional callable; when it returns False waiting stops with
-    :class:`BrokerStartFailed`. Returns ``{"brokers": {...}, "seconds": elapsed}``.
+    :class:`BrokerStartFailed`. ``kafka``: the :class:`KafkaSettings` to ask with (default
+    PLAINTEXT). Returns ``{"brokers": {...}, "seconds": elapsed}``.
     Raises :class:`BrokerStartTimeout` (without killing anything) after ``timeout`` seconds.
     """
     from streams.kafka.settings import KafkaSettings  # lazy: keeps `traintrace --help` fast
@@ -617,7 +627,8 @@ def wait_until_ready(
             continue
         if admin is None:
             # the local broker is ours: PLAINTEXT on loopback, whatever the environment says
-            admin = KafkaSettings(bootstrap).admin(logger=quiet, log_level=0, **{"socket.timeout.ms": 5000})
+            admin = (kafka or KafkaSettings(bootstrap)).admin(logger=quiet, log_level=0,
+                                                              **{"socket.timeout.ms": 5000})
         try:
             md = admin.list_topics(timeout=max(0.5, min(3.0, deadline - time.monotonic())))
         except Exception as exc:  # KafkaException: transport / timeout
@@ -655,6 +666,7 @@ class LocalBroker:
         heap_min: str = "256m",
         extra_properties: Mapping[str, Any] | None = None,
         die_with_parent: bool = False,
+        secure: bool = False,
     ) -> None:
         self.data_dir = Path(data_dir).expanduser().resolve() if data_dir is not None else default_data_dir()
         self.port = port
@@ -665,6 +677,7 @@ class LocalBroker:
         self.heap_min = heap_min
         self.extra_properties = dict(extra_properties or {})
         self.die_with_parent = die_with_parent
+        self.secure = secure
         self._proc: subprocess.Popen[bytes] | None = None
 
     def __repr__(self) -> str:
@@ -724,6 +737,8 @@ class LocalBroker:
             "cluster_id": record.get("cluster_id"),
             "log_file": str(self.log_file),
             "started_at": record.get("started_at") if pid is not None else None,
+            **({"secure": True, "client_properties": record.get("client_properties", {})}
+               if record.get("secure") else {}),
         }
 
     @property
@@ -745,11 +760,13 @@ class LocalBroker:
             for given in (self.port, self.controller_port):
                 if given is not None:
                     self._check_port(given)  # fail fast, before a long jar download
+            self._check_mode(record)
             java = find_java()
             libs = resolve_jars(self.version, self.cache_dir)
             port, controller_port = self._choose_ports(record)
             cluster_id = self._cluster_id(record)
-            log4j, tools_log4j = self._write_configs(port, controller_port)
+            secure = self._secure_setup(port, controller_port) if self.secure else None
+            log4j, tools_log4j = self._write_configs(port, controller_port, secure)
             base = {
                 "version": self.version,
                 "cluster_id": cluster_id,
@@ -761,18 +778,74 @@ class LocalBroker:
                 "libs": str(libs),
                 "pid": None,
             }
+            if secure is not None:
+                base["secure"] = True
             if not (self.kraft_dir / "meta.properties").is_file():
-                self._format(java, libs, tools_log4j, cluster_id)
+                self._format(java, libs, tools_log4j, cluster_id,
+                             _secure.scram_format_args(secure["users"]) if secure else ())
             _write_record(self.data_dir, base)
             proc = self._launch(java, libs, log4j)
             _write_record(self.data_dir, {**base, "pid": proc.pid, "started_at": time.time()})
-            self._await_ready(proc, base["bootstrap"], timeout)
+            admin = self._admin_settings(base["bootstrap"], secure)
+            self._await_ready(proc, base["bootstrap"], timeout, admin)
+            if secure is not None:
+                files = self._secure_ready(proc, base["bootstrap"], secure, admin)
+                _write_record(self.data_dir, {**base, "pid": proc.pid, "started_at": time.time(),
+                                              "client_properties": files})
             return base["bootstrap"]
 
-    def _write_configs(self, port: int, controller_port: int) -> tuple[Path, Path]:
+    # secure ---------------------------------------------------------------
+    @property
+    def secure_dir(self) -> Path:
+        return self.data_dir / _secure.SECURE_DIR
+
+    def _check_mode(self, record: Mapping[str, Any]) -> None:
+        """A data directory stays what it was formatted as (the SCRAM users exist from format)."""
+        formatted = (self.kraft_dir / "meta.properties").is_file()
+        was_secure = bool(record.get("secure")) or (self.secure_dir / _secure.USERS_FILE).is_file()
+        if formatted and was_secure != self.secure:
+            what = "with --secure" if was_secure else "without --secure"
+            raise BrokerError(f"the broker in {self.data_dir} was set up {what}; start it the same way "
+                              "or use another --data-dir")
+
+    def _secure_setup(self, port: int, controller_port: int) -> dict[str, Any]:
+        """The CA, the broker's certificate and keystore, the users; the server overrides."""
+        pki = _secure.ensure_pki(self.secure_dir)
+        _secure.write_keystore(pki)
+        users = _secure.ensure_users(self.secure_dir)
+        return {"pki": pki, "users": users,
+                "overrides": _secure.server_overrides(port, controller_port, pki, users)}
+
+    def _admin_settings(self, bootstrap: str, secure: Mapping[str, Any] | None) -> Any:
+        from streams.kafka.settings import KafkaSettings
+
+        if secure is None:
+            return None
+        props = _secure.client_properties(_secure.ADMIN, secure["users"][_secure.ADMIN], secure["pki"]["ca"])
+        return KafkaSettings(bootstrap, properties=tuple(props.items()))
+
+    def _secure_ready(self, proc: subprocess.Popen, bootstrap: str, secure: Mapping[str, Any],
+                      admin: Any) -> dict[str, str]:
+        """Grant each role its ACLs and write the client properties files (kill on failure)."""
+        from streams.kafka.acls import acl_bindings, apply_acls
+        from streams.kafka.topics import TopicNames
+
+        try:
+            apply_acls(admin, acl_bindings(TopicNames()))
+        except BaseException as exc:
+            self._kill(proc.pid, grace=5.0)
+            self._clear_pid()
+            if not isinstance(exc, Exception):
+                raise
+            raise BrokerStartFailed(f"the secure broker started but its ACLs could not be set: {exc}") from exc
+        return _secure.write_client_files(self.secure_dir, secure["users"], secure["pki"]["ca"], bootstrap)
+
+    def _write_configs(self, port: int, controller_port: int,
+                       secure: Mapping[str, Any] | None = None) -> tuple[Path, Path]:
         """The server properties and the log4j2 configs of the broker and of the tools (written
         on every start); returns (broker log4j2 file, tools log4j2 file)."""
-        props = server_properties(port, controller_port, self.kraft_dir, extra=self.extra_properties)
+        extra = {**(secure["overrides"] if secure else {}), **self.extra_properties}
+        props = server_properties(port, controller_port, self.kraft_dir, extra=extra)
         self.properties_file.write_text(
             render_properties(props, header="written by traintrace on every `broker start`; edits are lost"),
             encoding="utf-8",
@@ -814,11 +887,11 @@ class LocalBroker:
             )
         return self._proc
 
-    def _await_ready(self, proc: subprocess.Popen, bootstrap: str, timeout: float) -> None:
+    def _await_ready(self, proc: subprocess.Popen, bootstrap: str, timeout: float, kafka: Any = None) -> None:
         """Wait until the broker answers; kill it (and say why, with its log's tail) if it exits
         or does not answer in time, or if we are interrupted meanwhile."""
         try:
-            wait_until_ready(bootstrap, timeout, alive=lambda: proc.poll() is None)
+            wait_until_ready(bootstrap, timeout, alive=lambda: proc.poll() is None, kafka=kafka)
         except BrokerStartFailed as exc:
             exited = proc.poll()
             self._kill(proc.pid, grace=5.0)
@@ -872,7 +945,8 @@ class LocalBroker:
                     return line.split("=", 1)[1].strip()
         return str(record.get("cluster_id") or new_cluster_id())
 
-    def _format(self, java: str, libs: Path, tools_log4j: Path, cluster_id: str) -> None:
+    def _format(self, java: str, libs: Path, tools_log4j: Path, cluster_id: str,
+                extra_args: "tuple[str, ...] | list[str]" = ()) -> None:
         cmd = [
             java,
             "-Xmx256m",
@@ -886,6 +960,7 @@ class LocalBroker:
             "--config",
             str(self.properties_file),
             "--ignore-formatted",
+            *extra_args,
         ]
         try:
             proc = subprocess.run(

@@ -33,7 +33,13 @@ from confluent_kafka import (
 )
 
 from streams.kafka.settings import KafkaSettings, client_logger
-from streams.kafka.errors import KafkaAdapterError
+from streams.kafka.errors import (
+    KafkaAdapterError,
+    KafkaAuthenticationError,
+    KafkaAuthorizationError,
+    KafkaSecurityError,
+    KafkaTlsError,
+)
 
 #: How long to wait for the broker's metadata before saying it cannot be reached.
 CONNECT_TIMEOUT = 10.0
@@ -45,6 +51,32 @@ class ReaderError(KafkaAdapterError):
 
 class BrokerUnreachable(ReaderError):
     pass
+
+
+class ReadRefused(ReaderError, KafkaSecurityError):
+    """The broker refused the reader: its credentials, its TLS, or an ACL (the message names
+    the principal, the topic and the operation)."""
+
+
+class ReadUnauthenticated(ReadRefused, KafkaAuthenticationError):
+    pass
+
+
+class ReadTlsFailed(ReadRefused, KafkaTlsError):
+    pass
+
+
+class ReadUnauthorized(ReadRefused, KafkaAuthorizationError):
+    pass
+
+
+def _as_read_error(exc: KafkaSecurityError) -> ReadRefused:
+    """The reader's error (a :class:`ReaderError` too) of a refusal."""
+    for base, cls in ((KafkaAuthenticationError, ReadUnauthenticated), (KafkaTlsError, ReadTlsFailed),
+                      (KafkaAuthorizationError, ReadUnauthorized)):
+        if isinstance(exc, base):
+            return cls(str(exc))
+    return ReadRefused(str(exc))
 
 
 class TopicNotFound(ReaderError):
@@ -96,6 +128,8 @@ class _Consumer:
 
     def __init__(self, kafka: KafkaSettings, **overrides: Any) -> None:
         self.down: str | None = None
+        self.kafka = kafka
+        self.watch = kafka.error_watch()
         # the group id is never joined nor committed to (assign() only)
         self.consumer = kafka.consumer(f"traintrace-reader-{uuid.uuid4().hex}", **{
             "enable.auto.offset.store": False,
@@ -108,6 +142,18 @@ class _Consumer:
     def _on_error(self, err: KafkaError) -> None:
         if err.code() == KafkaError._ALL_BROKERS_DOWN:
             self.down = err.str()
+        self.watch(err)
+
+    def check(self) -> None:
+        """Raise :class:`ReadRefused` when the broker refused the credentials or TLS."""
+        if self.watch.failure is not None:
+            raise _as_read_error(self.watch.failure) from self.watch.failure
+
+    def refused(self, err: KafkaError, topic: str, operation: str = "READ") -> None:
+        """Raise :class:`ReadRefused` when ``err`` is a refusal (an ACL, the credentials)."""
+        known = self.kafka.refusal(err, operation=operation, resource=topic)
+        if known is not None:
+            raise _as_read_error(known) from known
 
 
 def _consumer(kafka: KafkaSettings, **overrides: Any) -> _Consumer:
@@ -124,6 +170,7 @@ def _partitions(c: _Consumer, bootstrap: str, topic: str, timeout: float) -> lis
             break
         except KafkaException as exc:
             consumer.poll(0)  # serves error_cb
+            c.check()
             if c.down is not None:
                 raise BrokerUnreachable(f"cannot reach Kafka at {bootstrap}: {c.down}") from exc
             if time.monotonic() >= deadline:
@@ -133,6 +180,7 @@ def _partitions(c: _Consumer, bootstrap: str, topic: str, timeout: float) -> lis
                         and meta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART) or not meta.partitions:
         raise TopicNotFound(topic, bootstrap)
     if meta.error is not None:
+        c.refused(meta.error, topic, "DESCRIBE")
         raise ReaderError(f"cannot read topic {topic!r} on {bootstrap}: {meta.error.str()}")
     return sorted(meta.partitions)
 
@@ -256,6 +304,7 @@ def _batches_to_end(kafka: KafkaSettings, topics: list[str], timeout: float, con
                         pending.discard(tp)
                         continue
                     if _fatal(err):
+                        c.refused(err, tp[0])
                         raise ReaderError(f"reading {tp[0]!r} on {bootstrap} failed: {err.str()}")
                     client_logger.warning("reading %s: %s", tp[0], err.str())
                     continue
@@ -307,6 +356,7 @@ def follow(kafka: KafkaSettings | str, topic: str, from_beginning: bool = False,
             err = msg.error()
             if err is not None:
                 if _fatal(err):
+                    c.refused(err, topic)
                     raise ReaderError(f"reading {topic!r} on {bootstrap} failed: {err.str()}")
                 client_logger.warning("reading %s: %s", topic, err.str())
                 continue
@@ -373,6 +423,7 @@ def read_range(kafka: KafkaSettings | str, topic: str, ranges: dict[int, tuple[i
                     if err.code() == KafkaError._PARTITION_EOF:
                         del ends[p]
                     elif _fatal(err):
+                        c.refused(err, topic)
                         raise ReaderError(f"reading {topic!r} on {bootstrap} failed: {err.str()}")
                     else:
                         client_logger.warning("reading %s: %s", topic, err.str())

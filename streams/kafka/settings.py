@@ -16,7 +16,18 @@ From the environment (:meth:`KafkaSettings.from_env`):
                                 comments) every client gets, e.g. ``security.protocol=SASL_SSL``
 ``TRAINTRACE_REPLICATION_FACTOR`` of the topics traintrace creates (default: the broker's
                                 ``default.replication.factor``)
+``KAFKA_SECURITY_PROTOCOL``     ``security.protocol``: PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL
+``KAFKA_SASL_MECHANISM``        SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN
+``KAFKA_SASL_USERNAME``, ``KAFKA_SASL_PASSWORD``  the SASL user
+``KAFKA_SSL_CA_LOCATION``       the CA (PEM) that signed the brokers' certificates
+``KAFKA_SSL_CERTIFICATE_LOCATION``, ``KAFKA_SSL_KEY_LOCATION``, ``KAFKA_SSL_KEY_PASSWORD``
+                                the client's certificate and key (mutual TLS)
 ==============================  ===============================================================
+
+Security settings (:mod:`streams.kafka.security`) are librdkafka properties; the sources, later
+winning per key: the properties file, the ``KAFKA_*`` variables, explicit values
+(:meth:`KafkaSettings.with_security`). They are checked when the settings are made, and
+``repr()`` masks the secrets.
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ from typing import Any, Mapping
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
+from streams.kafka import security
 from streams.kafka.errors import KafkaAdapterError
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
@@ -81,7 +93,7 @@ def read_properties(path: str | os.PathLike[str]) -> tuple[tuple[str, str], ...]
     return tuple(out)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class KafkaSettings:
     """What every Kafka client of this process is built from (see the module doc)."""
 
@@ -105,6 +117,8 @@ class KafkaSettings:
         props: tuple[tuple[str, str], ...] = ()
         if env.get(CONFIG_ENV, "").strip():
             props = read_properties(env[CONFIG_ENV].strip())
+        props = security.merge(props, security.from_env(env))
+        security.validate(dict(props), complete=False)
         rf_raw = env.get(REPLICATION_ENV, "").strip()
         rf = None
         if rf_raw:
@@ -124,10 +138,50 @@ class KafkaSettings:
     def with_client_id(self, client_id: str | None) -> "KafkaSettings":
         return replace(self, client_id=client_id)
 
+    def with_security(self, protocol: str | None = None, *, mechanism: str | None = None,
+                      username: str | None = None, password: str | None = None, ca: str | None = None,
+                      cert: str | None = None, key: str | None = None,
+                      key_password: str | None = None) -> "KafkaSettings":
+        """These settings with the given security values (None: unchanged), checked."""
+        given = {"security.protocol": protocol, "sasl.mechanism": mechanism, "sasl.username": username,
+                 "sasl.password": password, "ssl.ca.location": ca, "ssl.certificate.location": cert,
+                 "ssl.key.location": key, "ssl.key.password": key_password}
+        props = security.merge(self.properties, ((k, str(v)) for k, v in given.items() if v is not None))
+        security.validate(dict(props), complete=False)
+        return replace(self, properties=props)
+
+    @property
+    def protocol(self) -> str:
+        """``security.protocol`` (PLAINTEXT when unset)."""
+        return dict(self.properties).get("security.protocol", "PLAINTEXT").upper()
+
+    @property
+    def principal(self) -> str:
+        """Who the broker sees (``User:name``), for error messages."""
+        return security.principal(dict(self.properties))
+
+    def __repr__(self) -> str:
+        return (f"KafkaSettings(bootstrap={self.bootstrap!r}, client_id={self.client_id!r}, "
+                f"properties={security.masked(self.properties)!r}, "
+                f"replication_factor={self.replication_factor!r})")
+
+    __str__ = __repr__
+
+    def refusal(self, err: BaseException, *, operation: str = "", resource: str = "") -> KafkaAdapterError | None:
+        """The one-line error of a refused authentication, handshake or operation (None: not one)."""
+        return security.refusal(err, dict(self.properties), self.bootstrap, operation=operation, resource=resource)
+
+    def error_watch(self) -> security.ErrorWatch:
+        """An ``error_cb`` keeping the first authentication/TLS failure (:class:`~streams.kafka.security.ErrorWatch`)."""
+        return security.ErrorWatch(dict(self.properties), self.bootstrap)
+
     # ------------------------------------------------------------------ configs
 
     def common(self) -> dict[str, Any]:
-        """What every client gets: servers, client id, the logger, the extra properties."""
+        """What every client gets: servers, client id, the logger, the extra properties.
+        Raises :class:`KafkaAdapterError` when the security settings are incomplete."""
+        if self.properties:
+            security.validate(dict(self.properties))
         conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "logger": client_logger}
         if self.client_id:
             conf["client.id"] = self.client_id
@@ -157,9 +211,12 @@ class KafkaSettings:
         return AdminClient(self.admin_config(**overrides))
 
     def faust_options(self) -> dict[str, Any]:
-        """The Faust (aiokafka) app options of the same cluster: ``broker`` and
-        ``broker_client_id``. A secured cluster's credentials are mapped here too (next issue)."""
+        """The Faust (aiokafka) app options of the same cluster: ``broker``, ``broker_client_id``
+        and, on a secured cluster, ``broker_credentials`` (SASL and/or the TLS context)."""
         opts: dict[str, Any] = {"broker": [f"kafka://{b.strip()}" for b in self.bootstrap.split(",") if b.strip()]}
         if self.client_id:
             opts["broker_client_id"] = self.client_id
+        credentials = security.faust_credentials(dict(self.properties))
+        if credentials is not None:
+            opts["broker_credentials"] = credentials
         return opts

@@ -13,6 +13,7 @@ from typing import Any, Iterable
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import NewTopic
 
+from streams.kafka import security
 from streams.kafka.errors import KafkaAdapterError
 from streams.kafka.settings import KafkaSettings
 
@@ -62,9 +63,10 @@ def ensure_topics(kafka: KafkaSettings | str, topics: Iterable[tuple[str, int, d
     ``kafka.replication_factor`` times (None: the broker's ``default.replication.factor``)."""
     kafka = KafkaSettings.of(kafka)
     bootstrap = kafka.bootstrap
-    admin = kafka.admin()
+    watch = kafka.error_watch()
+    admin = kafka.admin(error_cb=watch)
     try:
-        existing = set(admin.list_topics(timeout=timeout).topics)
+        existing = set(security.list_topics(admin, watch, timeout).topics)
     except KafkaException as exc:
         raise KafkaAdapterError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
     new = [NewTopic(name, num_partitions=parts, replication_factor=kafka.replication_factor or -1,
@@ -77,7 +79,8 @@ def ensure_topics(kafka: KafkaSettings | str, topics: Iterable[tuple[str, int, d
             fut.result()
         except KafkaException as exc:
             if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                raise KafkaAdapterError(f"cannot create topic {name}: {exc}") from exc
+                known = kafka.refusal(exc, operation="CREATE", resource=name)
+                raise (known or KafkaAdapterError(f"cannot create topic {name}: {exc}")) from exc
     deadline = time.monotonic() + timeout
     wanted = {t.topic for t in new}
     while time.monotonic() < deadline:

@@ -1,0 +1,255 @@
+"""A client's security settings, said once: protocol, SASL, TLS -- and what a refusal means.
+
+Every Kafka client traintrace makes takes its security from :class:`KafkaSettings.properties`
+(librdkafka keys), so the confluent-kafka producers, consumers and admin clients need nothing
+more; this module adds what that leaves open:
+
+- the environment scheme: ``KAFKA_<KEY>`` for the librdkafka security keys, the key upper-cased
+  with ``.`` as ``_`` (:data:`ENV_KEYS`, e.g. ``KAFKA_SASL_PASSWORD`` -> ``sasl.password``);
+- :func:`validate`: a wrong protocol, mechanism or missing file fails when the settings are
+  made, naming the setting, not later as a hang;
+- :func:`masked`: secrets (``sasl.password``, ``ssl.key.password``, PEM keys) are never printed;
+- :func:`faust_credentials`: the same settings for aiokafka inside Faust (an ``ssl.SSLContext``
+  and ``faust.SASLCredentials`` / ``faust.SSLCredentials``);
+- :class:`ErrorWatch` and :func:`refusal`: librdkafka reports a failed authentication or TLS
+  handshake only to ``error_cb`` and keeps retrying (so a metadata request just times out); a
+  client built with the watch fails at once with one line naming the principal, and a denied
+  operation names principal, resource and operation.
+"""
+
+from __future__ import annotations
+
+import re
+import ssl
+import time
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from confluent_kafka import KafkaError, KafkaException
+
+from streams.kafka.errors import (
+    KafkaAdapterError,
+    KafkaAuthenticationError,
+    KafkaAuthorizationError,
+    KafkaTlsError,
+)
+
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+#: the mechanisms traintrace sets up (a user and a password; Faust supports them too)
+MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
+#: what librdkafka also takes (passed through, configured by the user's own properties)
+OTHER_MECHANISMS = ("GSSAPI", "OAUTHBEARER")
+
+#: librdkafka security keys that the environment may set as ``KAFKA_<KEY>``
+SECURITY_KEYS = (
+    "security.protocol",
+    "sasl.mechanism",
+    "sasl.username",
+    "sasl.password",
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.key.password",
+    "ssl.endpoint.identification.algorithm",
+)
+#: environment variable -> librdkafka key
+ENV_KEYS = {"KAFKA_" + key.upper().replace(".", "_"): key for key in SECURITY_KEYS}
+#: keys whose value is never printed
+SECRET_KEYS = frozenset({
+    "sasl.password", "ssl.key.password", "ssl.key.pem", "ssl.keystore.password",
+    "sasl.oauthbearer.client.secret", "ssl_key", "ssl.truststore.password",
+})
+MASK = "***"
+_FILE_KEYS = ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location")
+
+
+def from_env(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The security properties the environment sets (:data:`ENV_KEYS`), in key order."""
+    return tuple((key, env[var].strip()) for var, key in ENV_KEYS.items() if env.get(var, "").strip())
+
+
+def merge(*layers: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """Properties of several sources, a later layer winning per key (``sasl.mechanisms`` is the
+    same key as ``sasl.mechanism``)."""
+    out: dict[str, str] = {}
+    for layer in layers:
+        for key, value in layer:
+            key = "sasl.mechanism" if key == "sasl.mechanisms" else key
+            out[key] = value
+    return tuple(out.items())
+
+
+def masked(props: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """``props`` with every secret value replaced by ``***``."""
+    return tuple((k, MASK if k in SECRET_KEYS else v) for k, v in props)
+
+
+def validate(props: Mapping[str, str], complete: bool = True) -> None:
+    """Raise :class:`KafkaAdapterError` naming the first bad security setting. ``complete``:
+    also a missing SASL user or password (settings read from a file may get them from the
+    environment or a flag later; a client is only built from complete ones)."""
+    protocol = props.get("security.protocol", "PLAINTEXT").upper()
+    if protocol not in PROTOCOLS:
+        raise KafkaAdapterError(f"security.protocol={props['security.protocol']!r}: want one of {', '.join(PROTOCOLS)}")
+    if protocol.startswith("SASL"):
+        mech = props.get("sasl.mechanism", "GSSAPI").upper()  # librdkafka's default
+        if mech not in MECHANISMS + OTHER_MECHANISMS:
+            raise KafkaAdapterError(f"sasl.mechanism (KAFKA_SASL_MECHANISM) {mech!r}: want one of "
+                                    f"{', '.join(MECHANISMS + OTHER_MECHANISMS)}")
+        for key in ("sasl.username", "sasl.password"):
+            if complete and mech in MECHANISMS and not props.get(key):
+                var = "KAFKA_" + key.upper().replace(".", "_")
+                raise KafkaAdapterError(f"security.protocol={protocol} needs {key} ({var})")
+    for key in _FILE_KEYS:
+        if props.get(key) and not Path(props[key]).is_file():
+            raise KafkaAdapterError(f"{key}={props[key]}: no such file")
+    if bool(props.get("ssl.certificate.location")) != bool(props.get("ssl.key.location")):
+        raise KafkaAdapterError("mutual TLS needs both ssl.certificate.location and ssl.key.location")
+
+
+def principal(props: Mapping[str, str]) -> str:
+    """Who the broker will see: ``User:<sasl.username>``, the client certificate, or ANONYMOUS."""
+    protocol = props.get("security.protocol", "PLAINTEXT").upper()
+    if protocol.startswith("SASL") and props.get("sasl.username"):
+        return f"User:{props['sasl.username']}"
+    if props.get("ssl.certificate.location"):
+        return f"the certificate {props['ssl.certificate.location']}"
+    return "User:ANONYMOUS"
+
+
+# ---------------------------------------------------------------------------------- Faust
+
+
+def ssl_context(props: Mapping[str, str]) -> ssl.SSLContext:
+    """The TLS context of ``props`` for aiokafka: trust ``ssl.ca.location`` (else the system's),
+    present ``ssl.certificate.location`` + ``ssl.key.location`` (mutual TLS)."""
+    try:
+        ctx = ssl.create_default_context(cafile=props.get("ssl.ca.location") or None)
+        if props.get("ssl.certificate.location"):
+            ctx.load_cert_chain(props["ssl.certificate.location"], props.get("ssl.key.location") or None,
+                                password=props.get("ssl.key.password") or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise KafkaAdapterError(f"cannot build the TLS context of the Kafka client: {exc}") from exc
+    if props.get("enable.ssl.certificate.verification", "true").lower() == "false":
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    elif props.get("ssl.endpoint.identification.algorithm", "https").lower() == "none":
+        ctx.check_hostname = False
+    return ctx
+
+
+def faust_credentials(props: Mapping[str, str]) -> Any | None:
+    """The ``broker_credentials`` of the Faust app for ``props`` (None for PLAINTEXT)."""
+    protocol = props.get("security.protocol", "PLAINTEXT").upper()
+    if protocol == "PLAINTEXT":
+        return None
+    import faust  # lazy: only the worker needs it
+
+    validate(props)
+    if protocol.startswith("SASL") and props.get("sasl.mechanism", "GSSAPI").upper() not in MECHANISMS:
+        raise KafkaAdapterError(f"the Faust worker supports sasl.mechanism {', '.join(MECHANISMS)} only, "
+                                f"not {props.get('sasl.mechanism', 'GSSAPI (the default)')}")
+    ctx = ssl_context(props) if protocol.endswith("SSL") else None
+    if protocol == "SSL":
+        return faust.SSLCredentials(ctx)
+    return faust.SASLCredentials(username=props["sasl.username"], password=props["sasl.password"],
+                                 mechanism=props["sasl.mechanism"].upper(), ssl_context=ctx)
+
+
+# ---------------------------------------------------------------------------------- refusals
+
+_AUTHN = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED,
+                    KafkaError.UNSUPPORTED_SASL_MECHANISM, KafkaError.ILLEGAL_SASL_STATE})
+_AUTHZ = {
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: "topic",
+    KafkaError.GROUP_AUTHORIZATION_FAILED: "group",
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED: "cluster",
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "transactional id",
+}
+
+
+def _error_of(exc: BaseException | KafkaError | None) -> KafkaError | None:
+    """The KafkaError of ``exc`` or of its cause (confluent-kafka raises a producer's fatal
+    error from inside a delivery callback, so it can arrive as the cause of another error)."""
+    for _ in range(4):
+        if exc is None:
+            return None
+        if isinstance(exc, KafkaError):
+            return exc
+        if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+            return exc.args[0]
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _short(text: str) -> str:
+    """librdkafka's text without its ``proto://host:port/id: `` prefix and ``(after N ms in
+    state X)`` suffix."""
+    text = re.sub(r"^\w+://\S+?/(?:bootstrap|\d+): ", "", text.strip())
+    return re.sub(r"\s*\(after \d+ms in state \w+\)\s*$", "", text)
+
+
+def refusal(err: BaseException | KafkaError, props: Mapping[str, str], bootstrap: str, *,
+            operation: str = "", resource: str = "") -> KafkaAdapterError | None:
+    """The one-line error of a refused authentication, TLS handshake or operation, or None when
+    ``err`` is none of these. Kafka does not name the principal; we know it from ``props``."""
+    error = _error_of(err)
+    text = _short(error.str() if error is not None else str(err))
+    who = principal(props)
+    code = error.code() if error is not None else None
+    if code in _AUTHZ or "AUTHORIZATION_FAILED" in text or "not authorized" in text.lower():
+        kind = _AUTHZ.get(code, "resource")
+        if kind == "cluster" and not resource:
+            resource = "kafka-cluster"
+            operation = operation or ("IDEMPOTENT_WRITE (a producer)" if "idempotence" in text else "")
+        what = f"{operation} on {kind} {resource}".strip() if resource else (operation or "the operation")
+        return KafkaAuthorizationError(
+            f"Kafka at {bootstrap} denied {who} {what} ({text}); use the credentials of a role allowed "
+            "to, or grant it (`traintrace acl --apply`)")
+    if code in _AUTHN or "SASL authentication" in text or "Authentication failed" in text:
+        return KafkaAuthenticationError(
+            f"Kafka at {bootstrap} rejected {who}: authentication failed ({text}); check "
+            "sasl.username / sasl.password (KAFKA_SASL_USERNAME / KAFKA_SASL_PASSWORD) and sasl.mechanism")
+    if code == KafkaError._SSL or "SSL handshake failed" in text or "certificate verify failed" in text:
+        return KafkaTlsError(
+            f"TLS with Kafka at {bootstrap} failed for {who} ({text}); check ssl.ca.location "
+            "(KAFKA_SSL_CA_LOCATION) trusts the broker's certificate and the broker's name matches it")
+    return None
+
+
+class ErrorWatch:
+    """An ``error_cb`` that keeps the first authentication or TLS failure librdkafka reports
+    (it retries those forever otherwise); :meth:`check` raises it as one line."""
+
+    def __init__(self, props: Mapping[str, str], bootstrap: str) -> None:
+        self.props = dict(props)
+        self.bootstrap = bootstrap
+        self.failure: KafkaAdapterError | None = None
+        self.down: str | None = None
+
+    def __call__(self, err: KafkaError) -> None:
+        if err.code() == KafkaError._ALL_BROKERS_DOWN:
+            self.down = err.str()
+        elif self.failure is None:
+            self.failure = refusal(err, self.props, self.bootstrap)
+
+    def check(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+
+
+def list_topics(client: Any, watch: ErrorWatch, timeout: float, topic: str | None = None) -> Any:
+    """``client.list_topics`` that fails at once (:meth:`ErrorWatch.check`) when the broker
+    refuses the client's credentials or TLS, instead of waiting out ``timeout``. ``client``
+    must have been built with ``error_cb=watch``. Other failures raise ``KafkaException`` as
+    before, after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        slice_ = min(0.5, max(0.05, deadline - time.monotonic()))
+        try:
+            return client.list_topics(topic=topic, timeout=slice_)
+        except KafkaException:
+            client.poll(0)  # serves error_cb
+            watch.check()
+            if time.monotonic() >= deadline:
+                raise
