@@ -36,6 +36,13 @@ Everything but ``signature`` and ``key_id`` is covered: ``heads`` through ``root
 with ``tree_size``), which is why :func:`verify_commitment` also checks that the heads hash to the
 root. Ed25519 (RFC 8032) signatures are deterministic: the same record signed with the same key
 gives the same bytes, so a replay reproduces the published commitments byte for byte.
+
+Control records and key roles
+-----------------------------
+The records of ``lineage.control`` (``RollbackCommand``, ``QuarantineNotice``, ``PlanCleared``,
+``HaltCommand``; schemas v5) are signed too: see :func:`control_message` for the message,
+:class:`TrustedKeys` for the keyring with roles (``processor/`` and ``operator/``), and
+docs/keys-and-proofs.md for the layout and rotation.
 """
 
 from __future__ import annotations
@@ -84,6 +91,21 @@ __all__ = [
     "snapshot_digest",
     "verify_commitment",
     "write_keypair",
+    # control records (see streams.signing's "Control records" and docs/keys-and-proofs.md)
+    "CONTROL_DOMAINS",
+    "CONTROL_FIELDS",
+    "ControlSigner",
+    "OPERATOR",
+    "PROCESSOR",
+    "ROLE_PERMISSIONS",
+    "TRUSTED_KEYS_ENV",
+    "TrustedKeys",
+    "WRONG_ROLE",
+    "check_control",
+    "control_message",
+    "control_permission",
+    "load_trusted_keys",
+    "sign_control",
 ]
 
 #: the domain tag, the first part of every signing message
@@ -100,8 +122,22 @@ UNKNOWN_KEY = "UNKNOWN_KEY"        # key_id not in the trusted keyring
 MALFORMED = "MALFORMED"            # a field the message needs is missing or of the wrong type
 BAD_SIGNATURE = "BAD_SIGNATURE"    # the signature does not verify under the named key
 HEADS_MISMATCH = "HEADS_MISMATCH"  # signed root is fine, but the heads do not hash to it
+WRONG_ROLE = "WRONG_ROLE"          # the key is trusted, but not for this kind of record
 
 _KEYRING_SUFFIXES = (".pub", ".pem")
+
+# key roles: the subdirectories of a keyring with roles, and what each role may sign
+PROCESSOR = "processor"
+OPERATOR = "operator"
+#: environment variable of the job client's (and the audit's) trusted keyring
+TRUSTED_KEYS_ENV = "TRAINTRACE_TRUSTED_KEYS"
+#: the permission of a LineageCommitment; a control record's is control_permission(name, record)
+COMMITMENT = "LineageCommitment"
+RELEASE_PERMISSION = "HaltCommand:RELEASE"
+ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
+    PROCESSOR: frozenset({COMMITMENT, "RollbackCommand", "QuarantineNotice", "PlanCleared", "HaltCommand"}),
+    OPERATOR: frozenset({RELEASE_PERMISSION}),
+}
 
 
 class SigningError(TraintraceError):
@@ -212,6 +248,9 @@ def load_keyring(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[st
         p = Path(src)
         if p.is_dir():
             files.extend(sorted(f for f in p.iterdir() if f.is_file() and f.suffix in _KEYRING_SUFFIXES))
+            sub = p / PROCESSOR  # a keyring with roles: only processor keys sign commitments
+            if sub.is_dir():
+                files.extend(sorted(f for f in sub.iterdir() if f.is_file() and f.suffix in _KEYRING_SUFFIXES))
         elif p.exists():
             files.append(p)
         else:
@@ -362,6 +401,9 @@ def check_commitment(record: Mapping[str, Any], trusted: Mapping[str, Any]) -> S
     key = trusted.get(kid) if isinstance(trusted, Mapping) else None
     if key is None:
         return SignatureCheck(False, UNKNOWN_KEY, kid, f"key {kid} is not in the trusted keyring")
+    if isinstance(trusted, TrustedKeys) and not trusted.allows(kid, COMMITMENT):
+        return SignatureCheck(False, WRONG_ROLE, kid,
+                              f"key {kid} ({', '.join(sorted(trusted.roles[kid]))}) may not sign commitments")
     if isinstance(key, (bytes, bytearray)):
         try:
             key = Ed25519PublicKey.from_public_bytes(bytes(key))
@@ -415,3 +457,182 @@ class CommitmentSigner:
 
     def __repr__(self) -> str:
         return f"CommitmentSigner(key_id={self.key_id!r})"
+
+
+# ---------------------------------------------------------------------------- control records
+
+#: the fields of each control record, in the order its signing message covers them (every
+#: field of the v5 schema but ``signature``; ``key_id`` last)
+CONTROL_FIELDS: dict[str, tuple[str, ...]] = {
+    "RollbackCommand": ("command_id", "job_id", "cohort_id", "incarnation", "action", "target_checkpoint_id",
+                        "target_step", "incident_ids", "supersedes", "issued_ts", "commitment_root", "key_id"),
+    "QuarantineNotice": ("command_id", "job_id", "cohort_id", "incarnation", "incident_ids",
+                         "quarantined_checkpoint_ids", "supersedes", "issued_ts", "commitment_root", "key_id"),
+    "PlanCleared": ("command_id", "job_id", "cohort_id", "incarnation", "supersedes", "reason", "issued_ts",
+                    "key_id"),
+    "HaltCommand": ("command_id", "job_id", "cohort_id", "reason", "detail", "seq", "issued_ts", "key_id"),
+}
+#: the domain tag of each kind, the first part of its signing message
+CONTROL_DOMAINS: dict[str, str] = {name: f"traintrace/{name}/v1" for name in CONTROL_FIELDS}
+
+
+def control_permission(name: str, record: Mapping[str, Any]) -> str:
+    """What signing ``record`` needs: its record name, or ``HaltCommand:RELEASE`` for a release
+    (an operator's, which no processor key may sign)."""
+    if name == "HaltCommand" and record.get("reason") == "RELEASE":
+        return RELEASE_PERMISSION
+    return name
+
+
+def _field_part(name: str, value: Any) -> bytes:
+    """``name=value`` (a null is the bare ``name``, so null and "" differ); a list is
+    ``name#count`` followed by its items, one part each."""
+    if value is None:
+        return _part(name, name)
+    if isinstance(value, (list, tuple)):
+        return _part(f"{name}#{len(value)}", name) + b"".join(_part(v, f"{name}[]") for v in value)
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"{name} must be a string, an integer or a list, not {type(value).__name__}")
+    return _part(f"{name}={value}", name)
+
+
+def control_message(name: str, record: Mapping[str, Any]) -> bytes:
+    """The bytes a control record's signature is over: the SPEC §10 part encoding (UTF-8, each
+    part followed by 0x00) of the domain tag ``traintrace/<record name>/v1``, then of every field
+    of :data:`CONTROL_FIELDS` in order as ``name=value`` (null: ``name``; a list: ``name#count``
+    then one part per item). Raises ValueError for an unknown kind or a malformed record."""
+    fields = CONTROL_FIELDS.get(name)
+    if fields is None:
+        raise ValueError(f"{name!r} is not a control record ({', '.join(CONTROL_FIELDS)})")
+    if not isinstance(record, Mapping):
+        raise ValueError(f"a {name} must be an object, not {type(record).__name__}")
+    for required in ("command_id", "job_id", "issued_ts"):
+        if record.get(required) is None:
+            raise ValueError(f"{required} is missing")
+    return _part(CONTROL_DOMAINS[name], "domain") + b"".join(_field_part(f, record.get(f)) for f in fields)
+
+
+def sign_control(name: str, record: Mapping[str, Any], private_key: Ed25519PrivateKey) -> dict[str, Any]:
+    """A copy of the control record with ``key_id`` and ``signature`` set (deterministic)."""
+    signed = {**record, "key_id": key_id(private_key)}
+    signed["signature"] = private_key.sign(control_message(name, signed))
+    return signed
+
+
+class TrustedKeys(dict):
+    """A keyring with roles: ``{key_id: public key}`` (so it serves wherever a plain keyring
+    does) plus :attr:`roles` ``{key_id: {role, ...}}``. A plain mapping given where one is
+    expected is taken as processor keys (:meth:`of`)."""
+
+    def __init__(self, keys: Mapping[str, Any] | None = None, roles: Mapping[str, Iterable[str]] | None = None,
+                 source: str = "") -> None:
+        super().__init__(keys or {})
+        self.roles: dict[str, frozenset[str]] = {k: frozenset((roles or {}).get(k, (PROCESSOR,))) for k in self}
+        self.source = source
+
+    @classmethod
+    def of(cls, trusted: "TrustedKeys | Mapping[str, Any] | str | os.PathLike[str]") -> "TrustedKeys":
+        if isinstance(trusted, TrustedKeys):
+            return trusted
+        if isinstance(trusted, Mapping):
+            return cls(trusted)
+        return load_trusted_keys(trusted)
+
+    def allows(self, kid: str, permission: str) -> bool:
+        return any(permission in ROLE_PERMISSIONS.get(r, ()) for r in self.roles.get(kid, ()))
+
+    def __reduce__(self):  # picklable for the audit's shard processes
+        return (TrustedKeys, (dict(self), {k: tuple(v) for k, v in self.roles.items()}, self.source))
+
+    def __repr__(self) -> str:
+        return f"TrustedKeys({ {k: sorted(v) for k, v in self.roles.items()} })"
+
+
+def _keys_in(directory: Path) -> list[Path]:
+    return sorted(f for f in directory.iterdir() if f.is_file() and f.suffix in _KEYRING_SUFFIXES)
+
+
+def load_trusted_keys(source: str | os.PathLike[str]) -> TrustedKeys:
+    """A keyring with roles from a directory: public keys in ``processor/`` and ``operator/``
+    have that role; keys directly in the directory (the layout ``traintrace keygen`` writes) are
+    processor keys; other subdirectories (e.g. ``trainer/``) grant nothing here. A single file
+    is one processor key. Raises :class:`SigningError` when there is no key at all."""
+    p = Path(source)
+    roles: dict[str, set[str]] = {}
+    keys: dict[str, Ed25519PublicKey] = {}
+    if p.is_dir():
+        groups = [(PROCESSOR, _keys_in(p))] + [(r, _keys_in(p / r)) for r in (PROCESSOR, OPERATOR) if (p / r).is_dir()]
+    elif p.exists():
+        groups = [(PROCESSOR, [p])]
+    else:
+        raise SigningError(f"trusted keyring {p} does not exist (give a directory with processor/ and "
+                           f"operator/ public keys, or unset {TRUSTED_KEYS_ENV})")
+    for role, files in groups:
+        for f in files:
+            key = load_public_key(f)
+            keys[key_id(key)] = key
+            roles.setdefault(key_id(key), set()).add(role)
+    if not keys:
+        raise SigningError(f"no public key (*.pub, *.pem) in {p}, {p / PROCESSOR} or {p / OPERATOR}")
+    return TrustedKeys(keys, roles, str(p))
+
+
+def check_control(name: str, record: Mapping[str, Any], trusted: Mapping[str, Any]) -> SignatureCheck:
+    """Verify a control record's signature: by a trusted key (``trusted``: a
+    :class:`TrustedKeys`, or a plain ``{key_id: key}`` taken as processor keys) whose role may
+    sign this kind (:func:`control_permission`). Never raises."""
+    ring = trusted if isinstance(trusted, TrustedKeys) else TrustedKeys(trusted if isinstance(trusted, Mapping) else {})
+    if not isinstance(record, Mapping):
+        return SignatureCheck(False, MALFORMED, None, f"a {name} must be an object")
+    kid = record.get("key_id")
+    sig_field = record.get("signature")
+    cid = str(record.get("command_id") or "?")[:12]
+    if sig_field is None or sig_field == b"" or sig_field == "":
+        return SignatureCheck(False, UNSIGNED, kid if isinstance(kid, str) else None,
+                              f"{name} {cid} carries no signature")
+    if not isinstance(kid, str) or not kid:
+        return SignatureCheck(False, UNSIGNED, None, f"{name} {cid}: signature without a key_id")
+    key = ring.get(kid)
+    if key is None:
+        return SignatureCheck(False, UNKNOWN_KEY, kid, f"{name} {cid}: key {kid} is not in the trusted keyring")
+    permission = control_permission(name, record)
+    if not ring.allows(kid, permission):
+        return SignatureCheck(False, WRONG_ROLE, kid, f"{name} {cid}: key {kid} "
+                              f"({', '.join(sorted(ring.roles.get(kid, ()))) or 'no role'}) may not sign {permission}")
+    if isinstance(key, (bytes, bytearray)):
+        try:
+            key = Ed25519PublicKey.from_public_bytes(bytes(key))
+        except ValueError:
+            return SignatureCheck(False, UNKNOWN_KEY, kid, f"trusted key {kid} is not a 32-byte Ed25519 key")
+    sig = _signature_bytes(sig_field)
+    if sig is None:
+        return SignatureCheck(False, MALFORMED, kid, f"{name} {cid}: signature is neither bytes nor hex")
+    try:
+        key.verify(sig, control_message(name, record))
+    except InvalidSignature:
+        return SignatureCheck(False, BAD_SIGNATURE, kid, f"{name} {cid}: the signature does not verify under key {kid}")
+    except (TypeError, ValueError, AttributeError) as exc:
+        return SignatureCheck(False, MALFORMED, kid, f"{name} {cid}: cannot verify: {exc}")
+    return SignatureCheck(True, OK, kid, f"signed by {kid}")
+
+
+class ControlSigner:
+    """The callable ``(record name, record) -> signed record`` a
+    :class:`~streams.referee.referee.Referee` signs its control records with (and
+    ``traintrace release --signing-key``)."""
+
+    def __init__(self, private_key: Ed25519PrivateKey) -> None:
+        if not isinstance(private_key, Ed25519PrivateKey):
+            raise TypeError(f"expected an Ed25519PrivateKey, not {type(private_key).__name__}")
+        self.private_key = private_key
+        self.key_id = key_id(private_key)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], password: bytes | None = None) -> "ControlSigner":
+        return cls(load_private_key(path, password))
+
+    def __call__(self, name: str, record: Mapping[str, Any]) -> dict[str, Any]:
+        return sign_control(name, record, self.private_key)
+
+    def __repr__(self) -> str:
+        return f"ControlSigner(key_id={self.key_id!r})"

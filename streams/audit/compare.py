@@ -5,7 +5,10 @@
                out in the order they supersede each other; every command the replay issued is
                on the topic — except a plan superseded before a recovering worker published
                it, or a clear of a plan never published (warnings). Operator releases are not
-               decisions and are not audited.
+               decisions and are not compared. The signature and key id of a command are not
+               compared (the replay does not sign); with trusted keys every command, releases
+               included, must carry a signature that verifies under a key whose role may sign
+               that kind (:func:`streams.signing.check_control`), else a failure naming it.
 ``manifests``  likewise every ``DivergenceManifest`` version (a version missing under a later
                one is a compacted topic: a warning).
 
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from streams.control.commands import HALT_RECORD, PLAN_RECORDS, RELEASE_REASON
+from streams.control.commands import CONTROL_RECORDS, HALT_RECORD, PLAN_RECORDS, RELEASE_REASON
 from streams.referee import records as R
 from streams.audit.diff import values_differ
 from streams.audit.items import FoldItem, after, where
@@ -72,6 +75,8 @@ def _published_commands(a: Auditor, chk: Check, want: dict[str, tuple[R.Emission
     got: dict[str, dict[str, Any]] = {}
     operator = 0
     for rec, name, value in a.decoded("control", chk, "control record"):
+        check_control_signature(a, chk, rec, name, value)
+        value = {k: v for k, v in value.items() if k not in _SIGNATURE_FIELDS}
         if name == HALT_RECORD and value.get("reason") == RELEASE_REASON:
             operator += 1
             continue
@@ -104,6 +109,28 @@ def _published_commands(a: Auditor, chk: Check, want: dict[str, tuple[R.Emission
     if operator:
         chk.counts["operator releases (not decisions: not audited)"] = operator
     return got
+
+
+_SIGNATURE_FIELDS = ("signature", "key_id")
+
+
+def check_control_signature(a: Auditor, chk: Check, rec: Any, name: str, value: dict[str, Any]) -> None:
+    """With trusted keys, verify the control record's signature: a record that is unsigned, by
+    an unknown key, by a key whose role may not sign it, or whose signature does not verify is a
+    failure naming it (partition@offset, command id, what is wrong)."""
+    if name not in CONTROL_RECORDS or a.trusted is None:
+        return
+    from streams.signing import check_control
+
+    c = check_control(name, value, a.trusted)
+    key = "command signatures verified" if c.ok else f"command signatures rejected ({c.reason})"
+    chk.counts[key] = chk.counts.get(key, 0) + 1
+    if not c.ok:
+        cid = str(value.get("command_id"))
+        chk.fail(Finding(f"{name} {cid[:12]} at {where(rec)} is not signed by a trusted key allowed to: "
+                         f"{c.reason} ({c.detail})", job_id=value.get("job_id"), where=where(rec),
+                         field="signature", expected="a valid signature by a trusted key allowed this kind",
+                         found=c.key_id))
 
 
 def _check_plan_order(chk: Check, name: str, cid: str, job: str, chain: list[str],

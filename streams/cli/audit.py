@@ -36,7 +36,9 @@ KEYS_ENV = "TRAINTRACE_TRUSTED_KEYS"
 @click.option("--json", "as_json", is_flag=True, help="Print the whole report as JSON (verdicts, findings, final state).")
 @click.option("--report", "report_path", default=None, metavar="FILE", help="Also write the JSON report to FILE.")
 @click.option("--trusted-keys", envvar=KEYS_ENV, default=None, metavar="DIR|FILE",
-              help="Public keys (PEM) of the processor: every commitment must be signed by one of them. "
+              help="Trusted public keys (PEM): a directory (processor/ and operator/ subdirectories, or the "
+                   "processor keys themselves) or a file. Every commitment and command must be signed by a "
+                   "key allowed to sign it. "
                    f"[env {KEYS_ENV}; default: signatures not checked]")
 @click.option("--as-of", "as_of", default=None, metavar="TIME",
               help="Instead of auditing, show what was known at TIME (ms or ISO 8601): jobs, steps, taint, "
@@ -98,9 +100,10 @@ def audit(source: str, as_json: bool, report_path: str | None, trusted_keys: str
 
 def _keyring(trusted_keys: str):
     try:
-        from streams.signing import load_keyring
+        from streams.signing import load_trusted_keys
 
-        return load_keyring(trusted_keys)
+        # with roles: processor/ keys sign commitments and commands, operator/ keys releases
+        return load_trusted_keys(trusted_keys)
     except Exception as exc:  # a bad key file is the user's input: say which
         fail(f"--trusted-keys {trusted_keys}: {exc}")
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 from rich.console import Console
 
-from streams.cli.common import kafka_options, kafka_settings, operator_errors, topic_prefix_option, topics_for
+from streams.cli.common import fail, kafka_options, kafka_settings, operator_errors, topic_prefix_option, topics_for
 
 
 @click.command()
@@ -18,9 +19,15 @@ from streams.cli.common import kafka_options, kafka_settings, operator_errors, t
               help="The job's cohort_id, recorded in the command.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the HaltCommand produced and the halt it lifts as JSON.")
+@click.option("--signing-key", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              envvar="TRAINTRACE_OPERATOR_KEY", metavar="KEY",
+              help="The operator's Ed25519 private key (PEM): sign the release, as job clients with a "
+                   "trusted keyring require (its public key in their keyring's operator/). "
+                   "[env TRAINTRACE_OPERATOR_KEY; default: unsigned, which only an unauthenticated "
+                   "(demo) job obeys]")
 @kafka_options(start_broker=False)
 @topic_prefix_option
-def release(job: str, operator: str | None, cohort_id: str | None, as_json: bool,
+def release(job: str, operator: str | None, cohort_id: str | None, as_json: bool, signing_key: Path | None,
             bootstrap: str | None, kafka_config: str | None, topic_prefix: str | None) -> None:
     """Release the halted job JOB.
 
@@ -37,15 +44,21 @@ def release(job: str, operator: str | None, cohort_id: str | None, as_json: bool
     from streams.operators.release import release_job
 
     codec = Codec()
+    signer = _signer(signing_key)
     with operator_errors():
         before = read_control(kafka, topics, codec).halts.get(job)
         record = release_job(kafka, topics, job, operator=operator, cohort_id=cohort_id,
-                             codec=codec)
+                             codec=codec, signer=signer)
+    if isinstance(record.get("signature"), bytes):
+        record = {**record, "signature": record["signature"].hex()}
     if as_json:
         click.echo(json.dumps({"released": record, "was_halted": before is not None,
                                "previous_halt": before}, indent=2, sort_keys=True))
         return
     console = Console()
+    if signer is None:
+        console.print("[yellow]unsigned release[/yellow]: a job client with trusted keys will reject it "
+                      "(--signing-key)", highlight=False)
     if before is None:
         console.print(f"[yellow]{job} was not halted[/yellow]; release recorded anyway "
                       f"(command {record['command_id'][:12]} on {topics.control})", highlight=False)
@@ -53,3 +66,15 @@ def release(job: str, operator: str | None, cohort_id: str | None, as_json: bool
         console.print(f"[green]released[/green] [bold]{job}[/bold] (was halted "
                       f"{before['reason']}: {before['detail']}); command "
                       f"{record['command_id'][:12]} on {topics.control}", highlight=False)
+
+
+def _signer(signing_key: Path | None):
+    """The operator's control signer; an unreadable key exits 2 with one line."""
+    if signing_key is None:
+        return None
+    from streams.signing import ControlSigner, SigningError
+
+    try:
+        return ControlSigner.from_file(signing_key)
+    except SigningError as exc:
+        fail(f"--signing-key {signing_key}: {exc}", command="release")

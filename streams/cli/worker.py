@@ -62,8 +62,9 @@ if TYPE_CHECKING:
               envvar="TRAINTRACE_LOGLEVEL", default="info", show_default=True)
 @click.option("--signing-key", type=click.Path(dir_okay=False, path_type=Path), envvar="TRAINTRACE_SIGNING_KEY",
               default=None, metavar="FILE",
-              help="Ed25519 private key (PEM, from `traintrace keygen`) to sign every LineageCommitment with; "
-                   "unsigned without it. [env TRAINTRACE_SIGNING_KEY]")
+              help="Ed25519 private key (PEM, from `traintrace keygen`) to sign every LineageCommitment and every "
+                   "lineage.control record with; unsigned without it (job clients with trusted keys then "
+                   "obey nothing). [env TRAINTRACE_SIGNING_KEY]")
 @click.option("--reset-data-dir", is_flag=True, envvar="TRAINTRACE_RESET_DATA_DIR",
               help="Take over a data directory of another app id (the worker's state is in Kafka). "
                    "[env TRAINTRACE_RESET_DATA_DIR]")
@@ -115,11 +116,11 @@ def worker(bootstrap, topic_prefix, app_id, partitions, data_dir, store, web_por
 def _key_note(signing_key: Path | None) -> str:
     """What the start-up line says about signing; an unusable key fails."""
     if signing_key is None:
-        return "commitments unsigned"
+        return "commitments and control UNSIGNED (demo only)"
     from streams.signing import CommitmentSigner, SigningError
 
     try:
-        return f"commitments signed by key {CommitmentSigner.from_file(signing_key).key_id}"
+        return f"commitments and control signed by key {CommitmentSigner.from_file(signing_key).key_id}"
     except SigningError as exc:
         fail(str(exc))
 

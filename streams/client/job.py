@@ -51,6 +51,15 @@ What it guarantees:
   ``QuarantineNotice`` calls ``on_quarantine`` (default: a warning and a ``QUARANTINED`` file in
   ``journal_dir`` naming the checkpoints). ``PlanCleared`` is recorded. Each ``command_id`` is
   applied at most once, across redeliveries and restarts.
+- **Authenticated control** (``trusted_keys``, or ``$TRAINTRACE_TRUSTED_KEYS``): with a keyring
+  (:func:`streams.signing.load_trusted_keys`: ``processor/`` and ``operator/`` public keys) a
+  command is applied only if its signature verifies under a key whose role may sign that kind
+  (processor keys: plans and halts; operator keys: releases). Any other — unsigned, unknown key,
+  wrong role, bad signature — is dropped *before* the fold decides anything: logged as an error,
+  counted (``stats()["commands_rejected"]``), kept in :attr:`rejected_commands` and passed to
+  ``on_rejected(cmd, reason)``. (The job's principal writes only ``lineage.events``, so it
+  raises no ``Alert`` record itself.) Without a keyring every command is obeyed, as in the local
+  demo, and the client warns once, loudly, that control is unauthenticated.
 - **The load-time gate** (:meth:`consumed`): with ``worker_url``, the checkpoint's status is
   asked before loading; ``tainted`` or ``unknown`` (or no answer) raise :class:`GateRefused` with
   ``gate="refuse"`` (log only with ``"warn"``). An ``EVAL_ONLY`` read of a tainted checkpoint is
@@ -89,13 +98,37 @@ from streams.files.atomic import atomic_write
 from streams.kafka.errors import KafkaAdapterError
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames
+from streams.signing import TRUSTED_KEYS_ENV, SigningError, TrustedKeys, check_control
 
 log = logging.getLogger("traintrace.client")
+_warned_unauthenticated = False
+#: rejected commands kept for :attr:`JobClient.rejected_commands` (the count has them all)
+MAX_REJECTED_KEPT = 1000
 
 GATE_MODES = ("refuse", "warn")
 QUARANTINE_FILE = "QUARANTINED"
 
 Callback = Callable[[ControlCommand], None]
+RejectedCallback = Callable[[ControlCommand, str], None]
+
+
+def _trusted_keys(trusted_keys: Any, follow_control: bool) -> TrustedKeys | None:
+    """The keyring control is verified with: given, or ``$TRAINTRACE_TRUSTED_KEYS``; None (with
+    a loud warning, once per process) when there is none."""
+    global _warned_unauthenticated
+    if trusted_keys is None:
+        trusted_keys = os.environ.get(TRUSTED_KEYS_ENV) or None
+    if trusted_keys is None:
+        if follow_control and not _warned_unauthenticated:
+            _warned_unauthenticated = True
+            log.warning("traintrace client: NO TRUSTED KEYS — control is UNAUTHENTICATED: this job obeys any "
+                        "RollbackCommand/HaltCommand anyone writes to lineage.control (local demo only; set "
+                        "trusted_keys= or %s)", TRUSTED_KEYS_ENV)
+        return None
+    try:
+        return TrustedKeys.of(trusted_keys)
+    except SigningError as exc:
+        raise ClientError(f"{exc} (JobClient trusted_keys)") from exc
 
 
 def _check_arguments(job_id: str, cohort_id: str, base_model: str, gate: str, buffer_max: int) -> None:
@@ -140,6 +173,9 @@ class JobClient:
     :param fsync: fsync the journal on every event (default; turn off only for tests/benchmarks).
     :param producer_overrides: extra librdkafka producer settings.
     :param follow_control: start the control fetcher (default True).
+    :param trusted_keys: the keyring control records must be signed by (a directory, a file, or
+        a loaded :class:`~streams.signing.TrustedKeys`; default ``$TRAINTRACE_TRUSTED_KEYS``);
+        ``on_rejected(cmd, reason)`` is called for each command refused for its signature.
     """
 
     def __init__(
@@ -165,8 +201,12 @@ class JobClient:
         fsync: bool = True,
         producer_overrides: Mapping[str, Any] | None = None,
         follow_control: bool = True,
+        trusted_keys: Any = None,
+        on_rejected: RejectedCallback | None = None,
     ) -> None:
         _check_arguments(job_id, cohort_id, base_model, gate, buffer_max)
+        self.trusted_keys = _trusted_keys(trusted_keys, follow_control)
+        self.on_rejected = on_rejected
         self.kafka = _kafka_settings(bootstrap)
         self.job_id = job_id
         self.cohort_id = cohort_id
@@ -195,6 +235,9 @@ class JobClient:
         self._fetcher: ControlFetcher | None = None
         self.commands_applied = 0
         self.commands_seen = 0
+        self.commands_rejected = 0
+        #: the commands refused for their signature, with why (the last MAX_REJECTED_KEPT)
+        self.rejected_commands: list[tuple[ControlCommand, str]] = []
         self._open(fsync, producer_overrides, follow_control)
 
     def _open(self, fsync: bool, producer_overrides: Mapping[str, Any] | None, follow_control: bool) -> None:
@@ -296,6 +339,8 @@ class JobClient:
             "control_error": f.last_error if f else None,
             "commands_seen": self.commands_seen,
             "commands_applied": self.commands_applied,
+            "commands_rejected": self.commands_rejected,
+            "control_authenticated": self.trusted_keys is not None,
             "halted": self.halted,
         }
 
@@ -506,7 +551,7 @@ class JobClient:
         with self._lock:
             st = self._journal.state
             view = JobView(st.incarnation, set(st.applied_commands), st.halt is not None, st.finished)
-            batch = [c for it in items for c in it.commands]
+            batch = self._verified([c for it in items for c in it.commands])
             decided = decide(view, batch)
         results: list[ControlCommand] = []
         try:
@@ -530,6 +575,32 @@ class JobClient:
             log.info("traintrace client %s: %s %s (%s) -> %s", self.job_id, c.kind, c.command_id[:12],
                      c.action, c.outcome)
         return results
+
+    def _verified(self, batch: list[ControlCommand]) -> list[ControlCommand]:
+        """The commands whose signature verifies (all of them without a keyring); the others
+        are rejected here, before the fold of :func:`decide` sees them."""
+        if self.trusted_keys is None or not batch:
+            return batch
+        ok: list[ControlCommand] = []
+        for c in batch:
+            chk = check_control(c.kind, c.record, self.trusted_keys)
+            if chk.ok:
+                ok.append(c)
+            else:
+                self._reject(c, f"{chk.reason}: {chk.detail}")
+        return ok
+
+    def _reject(self, c: ControlCommand, reason: str) -> None:
+        self.commands_rejected += 1
+        self.rejected_commands.append((replace(c, outcome="rejected"), reason))
+        del self.rejected_commands[:-MAX_REJECTED_KEPT]
+        log.error("traintrace client %s: REJECTED %s %s (%s) at %s[%s]@%s, not applied: %s", self.job_id, c.kind,
+                  c.command_id[:12], c.action, self.topics.control, c.partition, c.offset, reason)
+        if self.on_rejected is not None:
+            try:
+                self.on_rejected(c, reason)
+            except Exception:  # a reporting hook must not stop the training loop
+                log.exception("traintrace client %s: on_rejected failed", self.job_id)
 
     def _apply(self, c: ControlCommand) -> ControlCommand:
         if c.outcome == ROLLBACK:

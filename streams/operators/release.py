@@ -1,12 +1,13 @@
 """``traintrace release``: an operator lifts a job's halt (``HaltCommand`` with reason
-``RELEASE``)."""
+``RELEASE``), signed with the operator's key when one is given (a job client with a trusted
+keyring obeys only a release signed by a key in its ``operator/`` keys)."""
 
 from __future__ import annotations
 
 import getpass
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 from confluent_kafka import KafkaException
 
@@ -36,11 +37,13 @@ def _operator_name() -> str:
 
 def release_job(kafka: KafkaSettings | str, topics: TopicNames, job_id: str, operator: str | None = None,
                 cohort_id: str | None = None, *, codec: Codec | None = None,
-                issued_ts: int | None = None, timeout: float = 30.0) -> dict[str, Any]:
+                issued_ts: int | None = None, timeout: float = 30.0,
+                signer: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any]:
     """Release a halted job: produce a ``HaltCommand`` with reason ``RELEASE`` to
     ``topics.control`` keyed by ``job_id``, and return the record.
 
-    ``detail`` names the operator (``$USER`` by default). Raises :class:`TopicNotFound`,
+    ``detail`` names the operator (``$USER`` by default). ``signer`` (e.g.
+    :class:`streams.signing.ControlSigner` of the operator's key) signs the record. Raises :class:`TopicNotFound`,
     :class:`BrokerUnreachable` or :class:`OperatorError` (delivery failed).
     """
     if not job_id:
@@ -60,6 +63,8 @@ def release_job(kafka: KafkaSettings | str, topics: TopicNames, job_id: str, ope
         "seq": None,
         "issued_ts": ts,
     }
+    if signer is not None:
+        record = signer("HaltCommand", record)
     value = codec.encode_record("HaltCommand", record)
     headers = codec.headers.record("HaltCommand")
     producer = _producer(kafka, timeout)

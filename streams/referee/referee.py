@@ -12,7 +12,11 @@ on ``lineage.control`` (read back on recovery), and a replayed decision is never
 
 Commitments are signed by ``signer`` when one is given: a callable taking the unsigned record
 and returning it with ``signature`` and ``key_id`` (e.g.
-:class:`streams.signing.CommitmentSigner`; the referee itself knows no cryptography).
+:class:`streams.signing.CommitmentSigner`; the referee itself knows no cryptography). Control
+records are signed by ``control_signer`` (``(record name, record) -> record`` with ``signature``
+and ``key_id``, e.g. :class:`streams.signing.ControlSigner`) as they are published: what the fold
+decided stays unsigned (the audit's replay recomputes that), and since Ed25519 is deterministic
+a recovering worker re-publishes a command byte for byte.
 """
 
 from __future__ import annotations
@@ -52,14 +56,16 @@ class Handled:
 
 
 Signer = Callable[[dict[str, Any]], dict[str, Any]]
+ControlSigner = Callable[[str, dict[str, Any]], dict[str, Any]]
 
 
 class Referee:
     def __init__(self, config: Config | None = None, ack_timeout_ms: int = 300_000,
-                 signer: Signer | None = None) -> None:
+                 signer: Signer | None = None, control_signer: ControlSigner | None = None) -> None:
         self.config = config or Config()
         self.ack_timeout_ms = ack_timeout_ms
         self.signer = signer
+        self.control_signer = control_signer
         self.engines: dict[str, Lineage] = {}
         self.partition_of: dict[str, int] = {}
         self.versions: dict[str, int] = {}
@@ -196,6 +202,8 @@ class Referee:
                 if cid in self.published:
                     continue
                 self.published.add(cid)
+                if self.control_signer is not None:
+                    em = R.Emission(em.topic, em.key, em.record, self.control_signer(em.record, em.value))
             kept.append(em)
             self._count(em)
         return kept

@@ -52,15 +52,24 @@ from streams.worker.stages import FoldStage, RouteStage, StallWatch, die, faust_
 log = logging.getLogger("traintrace.worker")
 
 
-def _signer(settings: WorkerSettings):
-    """The commitment signer of ``settings.signing_key`` (None: commitments go out unsigned)."""
+def _signers(settings: WorkerSettings):
+    """The commitment and control signers of ``settings.signing_key`` (None, None: commitments
+    and control records go out unsigned, which only a local demo should do)."""
     if settings.signing_key is None:
-        return None
-    from streams.signing import CommitmentSigner
+        log.warning("no --signing-key: LineageCommitments and lineage.control records go out UNSIGNED; "
+                    "a job client with a trusted keyring ignores every command of this worker")
+        return None, None
+    from streams.signing import CommitmentSigner, ControlSigner
 
     signer = CommitmentSigner.from_file(settings.signing_key)
-    log.info("signing LineageCommitments with key %s (%s)", signer.key_id, settings.signing_key)
-    return signer
+    log.info("signing LineageCommitments and control records with key %s (%s)", signer.key_id,
+             settings.signing_key)
+    return signer, ControlSigner(signer.private_key)
+
+
+def _signer(settings: WorkerSettings):
+    """The commitment signer of ``settings.signing_key`` (None: unsigned)."""
+    return _signers(settings)[0]
 
 
 def _faust_app(settings: WorkerSettings) -> faust.App:
@@ -102,7 +111,8 @@ def create_app(settings: WorkerSettings) -> faust.App:
                                 partitions=settings.partitions, acks=False)
 
     outbox = Outbox(settings, codec)
-    referee = Referee(settings.core, settings.ack_timeout_ms, signer=_signer(settings))
+    signer, control_signer = _signers(settings)
+    referee = Referee(settings.core, settings.ack_timeout_ms, signer=signer, control_signer=control_signer)
     ckview = CheckpointView(settings, codec)
     clock = InputClock(settings.kafka, topics.events, settings.app_id)
     jobmap = JobCohortMap()  # job_id -> cohort_id, kept in lineage.job-cohorts

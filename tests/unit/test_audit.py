@@ -288,11 +288,24 @@ def test_identical_redeliveries_after_later_seqs_audit_clean(tmp_path):
 # ------------------------------------------------------------------ what the commitments check claims
 
 
+def sign_control_records(log, key) -> None:
+    """Sign the log's control records in place, as a worker with ``key`` would have."""
+    from streams.codec import Codec
+    from streams.signing import ControlSigner
+
+    codec, signer = Codec(), ControlSigner(key)
+    for rec in log.topic("control"):
+        name, value = codec.decode_record(rec.value)
+        rec.value = codec.encode_record(name, signer(name, value))
+
+
 def _signed_log(tmp_path: Path):
     from streams.signing import CommitmentSigner, generate_key, key_id
 
     key = generate_key()
-    return chained_log(tmp_path, signer=CommitmentSigner(key)), {key_id(key): key.public_key()}
+    log = chained_log(tmp_path, signer=CommitmentSigner(key))
+    sign_control_records(log, key)
+    return log, {key_id(key): key.public_key()}
 
 
 def test_unsigned_commitments_without_trusted_keys_say_nothing_was_verified(tmp_path):

@@ -60,10 +60,10 @@ MODES = ["INIT", "MERGE", "DISTILL", "PBT_EXPLOIT", "REFERENCE", "REPLAY", "EVAL
 STATUSES = ["SUCCEEDED", "FAILED", "CANCELLED"]
 AGENT_FIELDS = {
     "RollbackCommand": ["command_id", "job_id", "cohort_id", "incarnation", "action", "target_checkpoint_id",
-                        "target_step", "incident_ids", "supersedes", "issued_ts", "commitment_root"],
+                        "target_step", "incident_ids", "supersedes", "issued_ts", "commitment_root", "signature", "key_id"],
     "QuarantineNotice": ["command_id", "job_id", "cohort_id", "incarnation", "incident_ids",
-                         "quarantined_checkpoint_ids", "supersedes", "issued_ts", "commitment_root"],
-    "HaltCommand": ["command_id", "job_id", "cohort_id", "reason", "detail", "seq", "issued_ts"],
+                         "quarantined_checkpoint_ids", "supersedes", "issued_ts", "commitment_root", "signature", "key_id"],
+    "HaltCommand": ["command_id", "job_id", "cohort_id", "reason", "detail", "seq", "issued_ts", "signature", "key_id"],
     "Alert": ["alert_id", "kind", "cohort_id", "job_id", "checkpoint_id", "incident_id", "message", "details", "ts"],
     "DivergenceManifest": ["incident_id", "version", "cohort_id", "root", "verdict", "attributed_to", "contaminated",
                            "secondary_divergences", "tainted_checkpoints", "plans", "concurrency_snapshot",
@@ -532,6 +532,6 @@ def test_a_v3_rolled_back_reads_as_not_from_scratch_and_its_chain_still_verifies
     assert back["from_scratch"] is False
     ev = parse_event(back)
     assert ev.from_scratch is False and verify_link(ev, prev) is None
-    # the current writer writes v4, with the field
+    # the current writer writes v4 or later, with the field
     assert codec.decode_event(codec.encode_event({**event, "from_scratch": True}))["from_scratch"] is True
-    assert default_schema_set().reader("LineageEvent").version == 4
+    assert default_schema_set().reader("LineageEvent").version >= 4
