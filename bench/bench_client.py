@@ -18,6 +18,13 @@ flush (all events acknowledged).
 Reported: wall ms per step of each loop (mean, median, p90) and its ratio to the bare step,
 and, measured directly, the ms spent inside the client's calls per step.
 
+Authenticated control (issue 13): a fourth loop, ``progress (trusted keys)``, is loop 2 with a
+second client made with ``trusted_keys`` (a keyring of a throw-away processor key). Every
+client-loop step also calls ``poll(0)``, as a training loop does. A keyring costs nothing per step:
+signatures are verified only when a control record arrives (in ``poll``, once per command), so
+that cost is measured apart: ``verify_us``, one ``check_control`` of a signed RollbackCommand, and
+the same as a share of one bare step (a command arrives once per incident, not per step).
+
 Usage: python bench/bench_client.py [--steps 30] [--step-ms 75] [--ckpt-mb 100] [--events 5000]
                                     [--matmul-n N] [--bootstrap HOST:PORT] [--json]
 """
@@ -109,10 +116,35 @@ def loop(step, steps: int, client: JobClient | None, ckpt: Path | None, tag: str
             client.progress(s, 0, abs(x) % 10 + 0.1, grad_norm=1.0, lr=1e-4)
             if ckpt is not None:
                 client.checkpoint_written(f"{client.job_id}-{tag}-{s}", ckpt, s, 0)
+            client.poll(0)
             if inside is not None:
                 inside.append((time.perf_counter() - t1) * 1000)
         times.append((time.perf_counter() - t) * 1000)
     return times
+
+
+def keyring(directory: Path):
+    """A trusted keyring with one throw-away processor key, and that key (for :func:`verify_cost`)."""
+    from streams.signing import generate_key, load_trusted_keys, save_public_key
+
+    key = generate_key()
+    save_public_key(key, directory / "processor" / "processor.pub")
+    return load_trusted_keys(directory), key
+
+
+def verify_cost(ring, key, n: int = 2000) -> float:
+    """µs per check_control of a signed RollbackCommand (what a keyed client does per command)."""
+    from streams.signing import check_control, sign_control
+
+    rec = sign_control("RollbackCommand", {
+        "command_id": "c" * 64, "job_id": "bench-job", "cohort_id": "bench", "incarnation": 0,
+        "action": "ROLLBACK", "target_checkpoint_id": "bench-job-480", "target_step": 480,
+        "incident_ids": ["i" * 64], "supersedes": None, "issued_ts": 1, "commitment_root": None}, key)
+    assert check_control("RollbackCommand", rec, ring).ok
+    t = time.perf_counter()
+    for _ in range(n):
+        check_control("RollbackCommand", rec, ring)
+    return (time.perf_counter() - t) / n * 1e6
 
 
 def summary(times: list[float]) -> dict[str, float]:
@@ -138,8 +170,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         client = JobClient("bench-job", "bench", "numpy", journal_dir=tmpd / "journal",
                            bootstrap=broker.bootstrap, topics=topics)
+        ring, key = keyring(tmpd / "trusted")
+        trusted = JobClient("bench-job-trusted", "bench", "numpy", journal_dir=tmpd / "journal-trusted",
+                            bootstrap=broker.bootstrap, topics=topics, trusted_keys=ring)
         try:
             client.start()
+            trusted.start()
             # the client alone: progress() per call
             t = time.perf_counter()
             for i in range(args.events):
@@ -155,18 +191,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             both: list[float] = []
             in_prog: list[float] = []
             in_both: list[float] = []
+            keyed: list[float] = []
+            in_keyed: list[float] = []
             for i in range(args.steps):
                 bare += loop(step, 1, None, None, "bare", i)
                 prog += loop(step, 1, client, None, "p", 10_000 + i, in_prog)
                 both += loop(step, 1, client, ckpt, "c", 20_000 + i, in_both)
-            left = client.flush(120)
-            events = client.next_seq
+                keyed += loop(step, 1, trusted, None, "k", 10_000 + i, in_keyed)
+            left = client.flush(120) + trusted.flush(120)
+            events = client.next_seq + trusted.next_seq
+            authenticated = trusted.stats()["control_authenticated"]
         finally:
             client.close(30)
+            trusted.close(30)
+    verify_us = verify_cost(ring, key)
 
     b = summary(bare)
     p = summary(prog)
     c = summary(both)
+    k = summary(keyed)
     return {
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "numpy": np.__version__},
         "broker": broker.note,
@@ -175,16 +218,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "bare": b,
         "progress": p,
         "progress_and_checkpoint": c,
+        "progress_trusted_keys": k,
         "overhead_ms": {"progress": round(p["mean_ms"] - b["mean_ms"], 2),
-                        "progress_and_checkpoint": round(c["mean_ms"] - b["mean_ms"], 2)},
+                        "progress_and_checkpoint": round(c["mean_ms"] - b["mean_ms"], 2),
+                        "progress_trusted_keys": round(k["mean_ms"] - b["mean_ms"], 2)},
         "ratio_to_bare": {"progress": round(p["mean_ms"] / b["mean_ms"], 3),
-                          "progress_and_checkpoint": round(c["mean_ms"] / b["mean_ms"], 3)},
+                          "progress_and_checkpoint": round(c["mean_ms"] / b["mean_ms"], 3),
+                          "progress_trusted_keys": round(k["mean_ms"] / b["mean_ms"], 3)},
         # measured directly: time inside the client's calls per step, and its share of the step
         "client_ms_per_step": {"progress": summary(in_prog),
-                               "progress_and_checkpoint": summary(in_both)},
+                               "progress_and_checkpoint": summary(in_both),
+                               "progress_trusted_keys": summary(in_keyed)},
         "client_share_of_bare_step": {
             "progress": round(statistics.median(in_prog) / b["median_ms"], 4),
-            "progress_and_checkpoint": round(statistics.median(in_both) / b["median_ms"], 3)},
+            "progress_and_checkpoint": round(statistics.median(in_both) / b["median_ms"], 3),
+            "progress_trusted_keys": round(statistics.median(in_keyed) / b["median_ms"], 4)},
+        "control_authenticated": authenticated,
+        "verify_us": round(verify_us, 1),
+        "verify_share_of_bare_step": round(verify_us / 1000 / b["median_ms"], 5),
         "progress_call_us": round(per_event_us, 1),
         "progress_calls": args.events,
         "checkpoint_mb": args.ckpt_mb,
@@ -201,16 +252,20 @@ def print_table(r: dict[str, Any]) -> None:
           f"{r['steps_per_loop']} steps per loop")
     print(f"{'loop':<26}{'mean ms':>10}{'median':>10}{'p90':>10}{'ratio':>8}")
     for key, label in (("bare", "step alone"), ("progress", "+ progress()"),
-                       ("progress_and_checkpoint", f"+ progress() + ckpt {r['checkpoint_mb']} MB")):
+                       ("progress_and_checkpoint", f"+ progress() + ckpt {r['checkpoint_mb']} MB"),
+                       ("progress_trusted_keys", "+ progress(), keyring")):
         s = r[key]
         ratio = 1.0 if key == "bare" else r["ratio_to_bare"][key]
         print(f"{label:<26}{s['mean_ms']:>10.2f}{s['median_ms']:>10.2f}{s['p90_ms']:>10.2f}{ratio:>8.3f}")
-    for key, label in (("progress", "progress()"), ("progress_and_checkpoint", "progress() + checkpoint")):
+    for key, label in (("progress", "progress()"), ("progress_and_checkpoint", "progress() + checkpoint"),
+                       ("progress_trusted_keys", "progress(), keyring")):
         s = r["client_ms_per_step"][key]
         print(f"inside the client, {label}: median {s['median_ms']:.2f} ms per step "
               f"({100 * r['client_share_of_bare_step'][key]:.1f}% of the median bare step)")
     print(f"progress() alone: {r['progress_call_us']:.1f} µs per call ({r['progress_calls']} calls, "
           f"journal fsync on)")
+    print(f"verifying one signed command (on arrival, not per step): {r['verify_us']:.1f} µs "
+          f"({100 * r['verify_share_of_bare_step']:.3f}% of a bare step)")
     print(f"hashing {r['checkpoint_mb']} MB: {r['hash_ms']:.1f} ms ({r['hash_mb_per_s']:.0f} MB/s, page cache)")
     print(f"events: {r['events_emitted']}, unacknowledged after flush: {r['events_unacknowledged_after_flush']}")
 

@@ -10,7 +10,12 @@
    clock runs until the last RollbackCommand of the scope (A and B) is on ``lineage.control``.
    Printed: p50 / p90 / p99 / max.
 
-Usage: python bench/bench_pipeline.py [--events 200000] [--workers 1] [--partitions 4] [--json]
+``--signing on`` starts the workers with ``--signing-key`` (a throw-away processor key): every
+commitment and control record is Ed25519-signed. ``--signing compare`` runs 1 and 2 twice, unsigned
+then signed, and prints the cost of signing (the issue 13 goal: <= 5 % of the per-worker rate).
+
+Usage: python bench/bench_pipeline.py [--events 200000] [--workers 1] [--partitions 4]
+                                      [--signing off|on|compare] [--json]
 """
 
 from __future__ import annotations
@@ -205,6 +210,8 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--worker-args", nargs="*", default=[])
     ap.add_argument("--skip-throughput", action="store_true")
+    ap.add_argument("--signing", choices=("off", "on", "compare"), default="off",
+                    help="workers sign commitments and control records (a throw-away key); compare: both")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -218,19 +225,55 @@ def main() -> None:
     report = {}
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            if not args.skip_throughput:
-                report["throughput"] = throughput(bootstrap, args, Path(tmp))
-            report["latency"] = latency(bootstrap, args, Path(tmp))
+            if args.signing in ("off", "compare"):
+                report = measure(bootstrap, args, Path(tmp) / "unsigned", signed=False)
+            if args.signing in ("on", "compare"):
+                signed = measure(bootstrap, args, Path(tmp) / "signed", signed=True)
+                report = signed if args.signing == "on" else {**report, "signed": signed}
     finally:
         if broker is not None:
             broker.stop()
+    if "signed" in report:
+        report["signing_cost"] = signing_cost(report, report["signed"])
     if args.json:
         print(json.dumps(report, indent=2))
         return
+    print_report(report, args.signing)
+
+
+def measure(bootstrap: str, args, tmp: Path, signed: bool) -> dict:
+    """Throughput (unless skipped) and latency, the workers signing when ``signed``."""
+    tmp.mkdir(parents=True)
+    run = argparse.Namespace(**vars(args))
+    if signed:
+        from streams.signing import generate_key, save_private_key
+
+        key = save_private_key(generate_key(), tmp / "processor.key")
+        run.worker_args = [*args.worker_args, "--signing-key", str(key)]
+    out = {"signed": signed}
+    if not args.skip_throughput:
+        out["throughput"] = throughput(bootstrap, run, tmp)
+    out["latency"] = latency(bootstrap, run, tmp)
+    return out
+
+
+def signing_cost(unsigned: dict, signed: dict) -> dict:
+    """Signed ÷ unsigned: per-worker fold rate (goal >= 0.95) and latency p50/p99."""
+    out = {}
+    if "throughput" in unsigned:
+        out["fold_per_s_per_worker_ratio"] = (signed["throughput"]["fold_per_s_per_worker"]
+                                              / unsigned["throughput"]["fold_per_s_per_worker"])
+    for q in ("p50_ms", "p99_ms"):
+        out[f"latency_{q}_ratio"] = signed["latency"][q] / unsigned["latency"][q]
+    return out
+
+
+def print_report(report: dict, signing: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title="traintrace live pipeline benchmark", title_justify="left")
+    title = "traintrace live pipeline benchmark" + {"on": " (signed)", "compare": " (unsigned)"}.get(signing, "")
+    t = Table(title=title, title_justify="left")
     t.add_column("measure")
     t.add_column("value", justify="right")
     t.add_column("goal", justify="right")
@@ -245,6 +288,14 @@ def main() -> None:
     t.add_row("divergence -> last rollback command", f"p50 {r['p50_ms']:.0f} ms, p90 {r['p90_ms']:.0f} ms", "")
     t.add_row("  p99 / max", f"{r['p99_ms']:.0f} ms / {r['max_ms']:.0f} ms ({r['measured']} incidents)",
               "p99 <= 250 ms")
+    if "signing_cost" in report:
+        s, c = report["signed"], report["signing_cost"]
+        if "throughput" in s:
+            t.add_row("signed: events/s per worker", f"{s['throughput']['fold_per_s_per_worker']:,.0f} "
+                      f"(x{c['fold_per_s_per_worker_ratio']:.3f} of unsigned)", ">= x0.95")
+        t.add_row("signed: divergence -> last rollback", f"p50 {s['latency']['p50_ms']:.0f} ms "
+                  f"(x{c['latency_p50_ms_ratio']:.2f}), p99 {s['latency']['p99_ms']:.0f} ms "
+                  f"(x{c['latency_p99_ms_ratio']:.2f})", "")
     Console().print(t)
 
 

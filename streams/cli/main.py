@@ -14,6 +14,7 @@ from streams import __version__
 
 # command name -> (module, attribute)
 _COMMANDS: dict[str, tuple[str, str]] = {
+    "acl": ("streams.cli.acl", "acl"),
     "analyze": ("streams.cli.analyze", "analyze"),
     "audit": ("streams.cli.audit", "audit"),
     "broker": ("streams.cli.broker", "broker"),

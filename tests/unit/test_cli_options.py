@@ -14,7 +14,7 @@ from streams.kafka.settings import CLIENT_ID_ENV, CONFIG_ENV
 
 #: the commands that talk to Kafka and so take --kafka-config (the worker reads
 #: TRAINTRACE_KAFKA_CONFIG through its settings)
-KAFKA_COMMANDS = ("audit", "export", "plans", "prove", "publish", "release", "report", "watch")
+KAFKA_COMMANDS = ("acl", "audit", "export", "plans", "prove", "publish", "release", "report", "watch")
 
 
 def test_fail_is_one_escaped_line(capsys):
