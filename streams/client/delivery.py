@@ -23,6 +23,13 @@
 - ``buffer_max`` bounds the events kept unacknowledged: :meth:`wait_capacity` blocks the caller
   (up to a timeout) while it is reached — the training loop waits for Kafka rather than drop
   part of its record.
+- A refusal is not an outage: when the cluster rejects the client's login or TLS handshake, or
+  denies the write (``TOPIC_AUTHORIZATION_FAILED``, no ``IDEMPOTENT_WRITE``), waiting cannot
+  help. :meth:`wait_capacity` (so the next event, before it is recorded) and :meth:`flush` raise
+  :class:`~streams.client.errors.ClientError` with the one line of :meth:`KafkaSettings.refusal
+  <streams.kafka.settings.KafkaSettings.refusal>` (principal, resource, operation); the events
+  stay unacknowledged (in the journal) and are still sent again, so fixing the ACL or the
+  credentials while the job runs lets it go on (a delivery clears the refusal).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from typing import Any, Callable, Mapping
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from streams.client.errors import ClientError
 from streams.kafka.settings import KafkaSettings
 
 log = logging.getLogger("traintrace.client")
@@ -44,6 +52,7 @@ class Delivery:
                  retry_backoff: float = 1.0, overrides: Mapping[str, Any] | None = None,
                  on_ack: Callable[[int], None] | None = None) -> None:
         kafka = KafkaSettings.of(kafka)
+        self.kafka = kafka
         self.bootstrap = kafka.bootstrap
         self.topic = topic
         self.key = key.encode("utf-8")
@@ -73,6 +82,8 @@ class Delivery:
         self.resends = 0
         self.last_error: str | None = None
         self.down_since: float | None = None
+        #: the cluster's refusal (principal, resource, operation), until a delivery succeeds
+        self.refused: Exception | None = None
         self._closed = False
         # Producer(conf) rather than kafka.producer(): a fatal error needs a new producer of the
         # same config (and the tests put a fake Producer in this module)
@@ -96,11 +107,20 @@ class Delivery:
         with self._cond:
             return (min(self._unacked) - 1) if self._unacked else next_seq - 1
 
+    def check_refused(self) -> None:
+        """Raise :class:`ClientError` with the cluster's refusal, if it refused this client."""
+        refused = self.refused
+        if refused is not None:
+            raise ClientError(f"the job's events cannot be delivered: {refused}") from refused
+
     def wait_capacity(self, timeout: float | None) -> bool:
-        """Block while ``buffer_max`` events are pending; False if still full after ``timeout``."""
+        """Block while ``buffer_max`` events are pending; False if still full after ``timeout``.
+        Raises :class:`ClientError` when the cluster refuses this client (module doc)."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        self.check_refused()
         with self._cond:
             while len(self._unacked) >= self.buffer_max:
+                self.check_refused()
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
@@ -118,10 +138,16 @@ class Delivery:
                 self._produce(seq, value)
 
     def flush(self, timeout: float = 30.0) -> int:
-        """Wait until every event is acknowledged, at most ``timeout`` s; the number still pending."""
+        """Wait until every event is acknowledged, at most ``timeout`` s; the number still pending.
+        Raises :class:`ClientError` as soon as the cluster refuses this client (module doc)."""
+        return self._flush(timeout, fail_fast=True)
+
+    def _flush(self, timeout: float, fail_fast: bool) -> int:
         deadline = time.monotonic() + timeout
         with self._cond:
             while self._unacked:
+                if fail_fast:
+                    self.check_refused()
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -130,7 +156,7 @@ class Delivery:
 
     def close(self, timeout: float = 30.0) -> int:
         """Flush (up to ``timeout``), stop the delivery thread; the number still pending."""
-        left = self.flush(timeout)
+        left = self._flush(0 if self.refused is not None else timeout, fail_fast=False)
         with self._cond:
             self._closed = True
             self._cond.notify_all()
@@ -167,8 +193,10 @@ class Delivery:
                     self.acked += 1
                 self._headers.pop(seq, None)
                 self.down_since = None
+                self.refused = None
                 self._cond.notify_all()
             else:
+                self._refusal(err, "WRITE")
                 self._fail(f"delivery of seq {seq} failed: {err.str()}", fatal=err.fatal())
         if err is None and self.on_ack is not None:
             self.on_ack(seq)
@@ -177,7 +205,7 @@ class Delivery:
         self.failures += 1
         self.last_error = reason
         now = time.monotonic()
-        if not self._resend and now - self._last_warning >= 30.0:
+        if not self._resend and self.refused is None and now - self._last_warning >= 30.0:
             self._last_warning = now
             log.warning("traintrace client: %s; every unacknowledged event will be sent again "
                         "(%d failure(s) so far)", reason, self.failures)
@@ -185,8 +213,25 @@ class Delivery:
         self._fatal = self._fatal or fatal
         self._resend_at = time.monotonic() + self.retry_backoff
 
+    def _refusal(self, err: KafkaError, operation: str) -> None:
+        """Keep the cluster's refusal of ``err`` (if it is one) and wake the waiting caller."""
+        if err.code() == KafkaError._GAPLESS_GUARANTEE and "authorization failed" in err.str().lower():
+            # the gap-less guarantee turns a denied write into a fatal error of its own code
+            err = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, err.str())
+        # a cluster-level denial (no IDEMPOTENT_WRITE) names its own resource and operation
+        where = {} if err.code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED else {
+            "operation": operation, "resource": self.topic}
+        refused = self.kafka.refusal(err, **where)
+        if refused is not None:
+            if self.refused is None:
+                log.error("traintrace client: %s", refused)
+            self.refused = refused
+            with self._cond:
+                self._cond.notify_all()
+
     def _on_error(self, err: KafkaError) -> None:
         self.last_error = err.str()
+        self._refusal(err, "WRITE")
         if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT) and self.down_since is None:
             self.down_since = time.time()
         if err.fatal():
@@ -199,7 +244,15 @@ class Delivery:
                 if self._closed:
                     break
                 producer = self._producer
-            producer.poll(0.1)
+            try:
+                producer.poll(0.1)
+            except KafkaException as exc:  # librdkafka raises a fatal error (e.g. a gap-less stop) here
+                err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                if err is not None:
+                    self._on_error(err)
+                else:  # pragma: no cover
+                    with self._cond:
+                        self._fail(f"fatal producer error: {exc}", fatal=True)
             with self._cond:
                 if self._resend and time.monotonic() >= self._resend_at and len(self._producer) == 0:
                     self._do_resend()

@@ -1,11 +1,21 @@
 """The worker's one way out: every record it publishes goes through one idempotent producer,
 and a batch counts as done only once :meth:`Outbox.flush` says everything it caused is on the
-broker (at-least-once)."""
+broker (at-least-once).
+
+A delivery the cluster refuses (a missing ACL, a rejected SASL login, a failed TLS handshake)
+fails the flush with the one line of :meth:`KafkaSettings.refusal
+<streams.kafka.settings.KafkaSettings.refusal>` (:class:`~streams.kafka.errors.KafkaSecurityError`:
+principal, resource, operation) instead of a list of librdkafka codes; the worker then exits with
+that line (:func:`streams.worker.stages.die`), since no retry can succeed until someone fixes the
+credentials or the ACLs."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
 
 from streams.codec import Codec
 from streams.referee.records import Emission
@@ -25,12 +35,15 @@ class Outbox:
         self.topics = settings.topics
         self.codec = codec
         self.headers = codec.headers
-        self.producer = settings.kafka.producer(**{"linger.ms": 2})
-        self.errors: list[str] = []
+        self.kafka = settings.kafka
+        # error_cb: a refused login or TLS handshake (librdkafka would retry it forever) is kept
+        self.watch = settings.kafka.error_watch()
+        self.producer = settings.kafka.producer(**{"linger.ms": 2, "error_cb": self.watch})
+        self.errors: list[tuple[KafkaError, str]] = []   # (error, topic) of failed deliveries
 
-    def _cb(self, err, _msg) -> None:
+    def _cb(self, err, msg) -> None:
         if err is not None:
-            self.errors.append(str(err))
+            self.errors.append((err, msg.topic() if msg is not None else "?"))
 
     def send(self, topic: str, key: bytes | None, value: bytes, headers: list | None = None,
              partition: int | None = None) -> None:
@@ -63,8 +76,39 @@ class Outbox:
         metrics.DLQ.labels(record["error_kind"]).inc()
 
     async def flush(self) -> None:
+        """Wait for every delivery; raise if one failed: the refusal's one line
+        (:meth:`refused`) when the cluster refused it, else a RuntimeError listing the errors."""
         loop = asyncio.get_running_loop()
-        remaining = await loop.run_in_executor(None, self.producer.flush, 30.0)
+        try:
+            remaining = await loop.run_in_executor(None, self._flush, 30.0)
+        except Exception as exc:  # a producer's fatal error (e.g. no IDEMPOTENT_WRITE) is raised here
+            refused = self.kafka.refusal(exc)
+            if refused is None:
+                raise
+            raise refused from exc
         if remaining or self.errors:
             errors, self.errors = self.errors, []
-            raise RuntimeError(f"delivery failed ({remaining} undelivered): {errors[:3]}")
+            refused = self.refused(errors)
+            if refused is not None:
+                raise refused
+            raise RuntimeError(f"delivery failed ({remaining} undelivered): {[str(e) for e, _ in errors[:3]]}")
+
+    def _flush(self, timeout: float) -> int:
+        """``producer.flush(timeout)``, cut short by a refused login or TLS handshake (which
+        librdkafka retries forever, so the flush would only time out)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = self.producer.flush(min(0.5, max(0.0, deadline - time.monotonic())))
+            if not remaining or self.watch.failure is not None or time.monotonic() >= deadline:
+                return remaining
+
+    def refused(self, errors: list[tuple[KafkaError, str]]) -> Exception | None:
+        """The one-line refusal among ``errors`` or of the error callback (None: no refusal)."""
+        for err, topic in errors:
+            # a cluster-level denial (no IDEMPOTENT_WRITE) names its own resource and operation
+            where = {} if err.code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED else {
+                "operation": "WRITE", "resource": topic}
+            refusal = self.kafka.refusal(KafkaException(err), **where)
+            if refusal is not None:
+                return refusal
+        return self.watch.failure

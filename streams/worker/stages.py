@@ -21,6 +21,7 @@ from typing import Any, Callable
 from confluent_kafka import TopicPartition
 
 from streams.codec import Codec, DecodeError
+from streams.kafka.errors import KafkaSecurityError
 from streams.kafka.reader import read_range
 from streams.referee.input import fold_batch
 from streams.referee.records import Emission
@@ -44,7 +45,10 @@ def die(agent: str, exc: BaseException) -> None:
     """Crash-only: an unexpected error in an agent stops the process at once, before Faust
     acknowledges the batch, so the batch is processed again after a restart (at-least-once).
     Bad input never gets here: it goes to the dead-letter topic."""
-    log.critical("agent %s failed; exiting so the batch is redelivered: %r", agent, exc, exc_info=exc)
+    if isinstance(exc, KafkaSecurityError):  # the cluster refused us: one line, no traceback
+        log.critical("agent %s failed; exiting so the batch is redelivered: %s", agent, exc)
+    else:
+        log.critical("agent %s failed; exiting so the batch is redelivered: %r", agent, exc, exc_info=exc)
     logging.shutdown()
     os._exit(70)
 

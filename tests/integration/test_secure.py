@@ -15,40 +15,14 @@ from typing import Any
 import pytest
 
 from streams.kafka import reader
-from streams.kafka.broker import BrokerError, JavaMissing, LocalBroker, MavenMissing
+from streams.kafka.broker import LocalBroker
 from streams.kafka.errors import KafkaAuthenticationError, KafkaAuthorizationError, KafkaTlsError
-from streams.kafka.settings import KafkaSettings, read_properties
+from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
 
+from secure import role, secure_broker  # noqa: F401  (the module's secure broker)
+
 FAST = 5.0  # seconds a refusal may take
-
-
-@pytest.fixture(scope="module")
-def secure_broker(tmp_path_factory: pytest.TempPathFactory):
-    broker = LocalBroker(tmp_path_factory.mktemp("secure-broker"), secure=True, die_with_parent=True)
-    try:
-        broker.start(timeout=float(os.environ.get("TRAINTRACE_BROKER_TIMEOUT", "90")))
-    except (JavaMissing, MavenMissing) as exc:
-        pytest.skip(f"no Kafka broker for the secure tests: {exc}")
-    except BrokerError as exc:
-        pytest.fail(f"could not start the secure broker: {exc}\n{exc.detail or ''}", pytrace=False)
-    try:
-        yield broker
-    finally:
-        broker.stop(timeout=30)
-
-
-@pytest.fixture(scope="module")
-def role(secure_broker: LocalBroker):
-    st = secure_broker.status()
-    files = st["client_properties"]
-
-    def make(name: str, **security: Any) -> KafkaSettings:
-        k = KafkaSettings.from_env(env={"KAFKA_BOOTSTRAP_SERVERS": st["bootstrap"],
-                                        "TRAINTRACE_KAFKA_CONFIG": files[name]})
-        return k.with_security(**security) if security else k
-
-    return make
 
 
 @pytest.fixture(scope="module")
@@ -139,3 +113,39 @@ def test_aiokafka_connects_with_the_faust_options(role, topics: TopicNames) -> N
             await consumer.stop()
 
     assert topics.events in asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_the_job_clients_delivery_names_a_refused_write(role, topics: TopicNames) -> None:
+    from streams.client.delivery import Delivery
+    from streams.client.errors import ClientError
+
+    d = Delivery(role("trainer"), topics.control, "J")  # a trainer may not write lineage.control
+    try:
+        d.send(0, b"not for the trainer")
+        _fails_fast(ClientError, lambda: d.flush(30), "User:trainer", "WRITE", f"topic {topics.control}")
+        _fails_fast(ClientError, lambda: d.wait_capacity(30), "User:trainer")  # the next event is refused first
+        assert d.pending() == 1  # kept: a fixed ACL lets it go out
+    finally:
+        assert d.close(30) == 1
+    bad = Delivery(role("trainer", password="wrong"), topics.events, "J")
+    try:
+        bad.send(0, b"x")
+        _fails_fast(ClientError, lambda: bad.flush(30), "User:trainer", "authentication failed")
+    finally:
+        bad.close(0)
+
+
+def test_the_workers_outbox_names_a_refused_write(role, topics: TopicNames) -> None:
+    from streams.codec import Codec
+    from streams.worker.outbox import Outbox
+    from streams.worker.settings import WorkerSettings
+
+    def flush(k: KafkaSettings, topic: str) -> None:
+        outbox = Outbox(WorkerSettings(k.bootstrap, kafka=k), Codec())
+        outbox.send(topic, b"k", b"v", headers=[])
+        asyncio.run(outbox.flush())
+
+    _fails_fast(KafkaAuthorizationError, lambda: flush(role("trainer"), topics.control),
+                "User:trainer", "WRITE", f"topic {topics.control}")
+    _fails_fast(KafkaAuthorizationError, lambda: flush(role("auditor"), topics.alerts), "User:auditor",
+                "IDEMPOTENT_WRITE")
