@@ -233,7 +233,7 @@ def main() -> None:
     finally:
         if broker is not None:
             broker.stop()
-    if "signed" in report:
+    if args.signing == "compare":
         report["signing_cost"] = signing_cost(report, report["signed"])
     if args.json:
         print(json.dumps(report, indent=2))
