@@ -215,9 +215,6 @@ class Delivery:
 
     def _refusal(self, err: KafkaError, operation: str) -> None:
         """Keep the cluster's refusal of ``err`` (if it is one) and wake the waiting caller."""
-        if err.code() == KafkaError._GAPLESS_GUARANTEE and "authorization failed" in err.str().lower():
-            # the gap-less guarantee turns a denied write into a fatal error of its own code
-            err = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, err.str())
         # a cluster-level denial (no IDEMPOTENT_WRITE) names its own resource and operation
         where = {} if err.code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED else {
             "operation": operation, "resource": self.topic}

@@ -197,6 +197,10 @@ def refusal(err: BaseException | KafkaError, props: Mapping[str, str], bootstrap
     text = _short(error.str() if error is not None else str(err))
     who = principal(props)
     code = error.code() if error is not None else None
+    if code == KafkaError._GAPLESS_GUARANTEE and "topic authorization failed" in text.lower():
+        # an idempotent producer with the gap-less guarantee turns a denied write into a fatal
+        # error of its own code
+        code = KafkaError.TOPIC_AUTHORIZATION_FAILED
     if code in _AUTHZ or "AUTHORIZATION_FAILED" in text or "not authorized" in text.lower():
         kind = _AUTHZ.get(code, "resource")
         if kind == "cluster" and not resource:

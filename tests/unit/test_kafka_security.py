@@ -159,3 +159,16 @@ def test_the_roles_are_least_privilege():
     assert any("GROUP traintrace-client- (prefixed)" in line for line in lines)
     with pytest.raises(KafkaAdapterError, match="unknown role"):
         acls.acl_bindings(TopicNames(), roles=["root"])
+
+
+def test_a_denied_write_of_a_gapless_producer_names_the_topic():
+    from confluent_kafka import KafkaError
+
+    from streams.kafka.errors import KafkaAuthorizationError
+    from streams.kafka.security import refusal
+
+    err = KafkaError(KafkaError._GAPLESS_GUARANTEE, "ProduceRequest failed: Broker: Topic authorization failed")
+    got = refusal(err, {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                        "sasl.username": "trainer"}, "b:9093", operation="WRITE", resource="lineage.control")
+    assert isinstance(got, KafkaAuthorizationError)
+    assert "User:trainer WRITE on topic lineage.control" in str(got) and "\n" not in str(got)
