@@ -435,8 +435,8 @@ def verify_commitment(record: Mapping[str, Any], trusted: Mapping[str, Any]) -> 
     return c.ok, c.reason
 
 
-class CommitmentSigner:
-    """The callable a :class:`~streams.referee.referee.Referee` signs its commitments with."""
+class _Signer:
+    """A private key and its key id; subclasses say what they sign."""
 
     def __init__(self, private_key: Ed25519PrivateKey) -> None:
         if not isinstance(private_key, Ed25519PrivateKey):
@@ -445,18 +445,22 @@ class CommitmentSigner:
         self.key_id = key_id(private_key)
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike[str], password: bytes | None = None) -> "CommitmentSigner":
+    def from_file(cls, path: str | os.PathLike[str], password: bytes | None = None):
         return cls(load_private_key(path, password))
 
     @property
     def public_key(self) -> Ed25519PublicKey:
         return self.private_key.public_key()
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(key_id={self.key_id!r})"
+
+
+class CommitmentSigner(_Signer):
+    """The callable a :class:`~streams.referee.referee.Referee` signs its commitments with."""
+
     def __call__(self, record: Mapping[str, Any]) -> dict[str, Any]:
         return sign_commitment(record, self.private_key)
-
-    def __repr__(self) -> str:
-        return f"CommitmentSigner(key_id={self.key_id!r})"
 
 
 # ---------------------------------------------------------------------------- control records
@@ -616,23 +620,10 @@ def check_control(name: str, record: Mapping[str, Any], trusted: Mapping[str, An
     return SignatureCheck(True, OK, kid, f"signed by {kid}")
 
 
-class ControlSigner:
+class ControlSigner(_Signer):
     """The callable ``(record name, record) -> signed record`` a
     :class:`~streams.referee.referee.Referee` signs its control records with (and
     ``traintrace release --signing-key``)."""
 
-    def __init__(self, private_key: Ed25519PrivateKey) -> None:
-        if not isinstance(private_key, Ed25519PrivateKey):
-            raise TypeError(f"expected an Ed25519PrivateKey, not {type(private_key).__name__}")
-        self.private_key = private_key
-        self.key_id = key_id(private_key)
-
-    @classmethod
-    def from_file(cls, path: str | os.PathLike[str], password: bytes | None = None) -> "ControlSigner":
-        return cls(load_private_key(path, password))
-
     def __call__(self, name: str, record: Mapping[str, Any]) -> dict[str, Any]:
         return sign_control(name, record, self.private_key)
-
-    def __repr__(self) -> str:
-        return f"ControlSigner(key_id={self.key_id!r})"

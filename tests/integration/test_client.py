@@ -36,9 +36,9 @@ from streams.core.events import parse_event
 from streams.operators.plans import effective_plans
 from streams.operators.release import release_job
 from streams.worker.process import WorkerProcess, free_port, wait_quiescent
+from tests.integration.waits import WAIT, until
 
 CODEC = Codec()
-WAIT = 90.0
 
 
 @pytest.fixture
@@ -79,16 +79,6 @@ def clients(kafka_bootstrap, tmp_path):
     yield make
     for c in made:
         c.close(timeout=10)
-
-
-def until(predicate, timeout: float = WAIT, interval: float = 0.2, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"{what} not reached within {timeout}s")
 
 
 def write_ckpt(path: Path, content: bytes) -> Path:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -37,19 +36,9 @@ from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
 from streams.signing import (BAD_SIGNATURE, UNKNOWN_KEY, UNSIGNED, WRONG_ROLE, generate_key, key_id,
                              load_trusted_keys, save_private_key, save_public_key, sign_control)
 from streams.worker.process import WorkerProcess, wait_quiescent
+from tests.integration.waits import until
 
 CODEC = Codec()
-WAIT = 90.0
-
-
-def until(predicate, timeout: float = WAIT, interval: float = 0.2, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"{what} not reached within {timeout}s")
 
 
 @pytest.fixture

@@ -33,21 +33,11 @@ from streams.kafka.broker import LocalBroker
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
 from streams.signing import write_keypair
 from streams.worker.process import WorkerProcess, wait_quiescent
+from tests.integration.waits import WAIT, until
 
 from secure import role, role_env, secure_broker  # noqa: F401  (the module's secure broker)
 
-WAIT = 90.0
 APP_ID = "traintrace-secure"  # the processor's ACLs cover groups and topics prefixed "traintrace"
-
-
-def until(predicate, timeout: float = WAIT, interval: float = 0.2, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"{what} not reached within {timeout}s")
 
 
 def as_role(broker: LocalBroker, name: str, *args: str):
