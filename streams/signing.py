@@ -404,11 +404,9 @@ def check_commitment(record: Mapping[str, Any], trusted: Mapping[str, Any]) -> S
     if isinstance(trusted, TrustedKeys) and not trusted.allows(kid, COMMITMENT):
         return SignatureCheck(False, WRONG_ROLE, kid,
                               f"key {kid} ({', '.join(sorted(trusted.roles[kid]))}) may not sign commitments")
-    if isinstance(key, (bytes, bytearray)):
-        try:
-            key = Ed25519PublicKey.from_public_bytes(bytes(key))
-        except ValueError:
-            return SignatureCheck(False, UNKNOWN_KEY, kid, f"trusted key {kid} is not a 32-byte Ed25519 key")
+    key = _public_key(key)
+    if key is None:
+        return SignatureCheck(False, UNKNOWN_KEY, kid, f"trusted key {kid} is not a 32-byte Ed25519 key")
     sig = _signature_bytes(sig_field)
     if sig is None:
         return SignatureCheck(False, MALFORMED, kid, "signature is neither bytes nor hex")
@@ -433,6 +431,16 @@ def verify_commitment(record: Mapping[str, Any], trusted: Mapping[str, Any]) -> 
     ``BAD_SIGNATURE``, ``HEADS_MISMATCH``. Never raises (see :func:`check_commitment`)."""
     c = check_commitment(record, trusted)
     return c.ok, c.reason
+
+
+def _public_key(key: Any) -> Ed25519PublicKey | None:
+    """A trusted key as a public key (a keyring may hold the raw 32 bytes); None when it is not one."""
+    if isinstance(key, (bytes, bytearray)):
+        try:
+            return Ed25519PublicKey.from_public_bytes(bytes(key))
+        except ValueError:
+            return None
+    return key
 
 
 class _Signer:
@@ -603,11 +611,9 @@ def check_control(name: str, record: Mapping[str, Any], trusted: Mapping[str, An
     if not ring.allows(kid, permission):
         return SignatureCheck(False, WRONG_ROLE, kid, f"{name} {cid}: key {kid} "
                               f"({', '.join(sorted(ring.roles.get(kid, ()))) or 'no role'}) may not sign {permission}")
-    if isinstance(key, (bytes, bytearray)):
-        try:
-            key = Ed25519PublicKey.from_public_bytes(bytes(key))
-        except ValueError:
-            return SignatureCheck(False, UNKNOWN_KEY, kid, f"trusted key {kid} is not a 32-byte Ed25519 key")
+    key = _public_key(key)
+    if key is None:
+        return SignatureCheck(False, UNKNOWN_KEY, kid, f"trusted key {kid} is not a 32-byte Ed25519 key")
     sig = _signature_bytes(sig_field)
     if sig is None:
         return SignatureCheck(False, MALFORMED, kid, f"{name} {cid}: signature is neither bytes nor hex")
