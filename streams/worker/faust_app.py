@@ -67,11 +67,6 @@ def _signers(settings: WorkerSettings):
     return signer, ControlSigner(signer.private_key)
 
 
-def _signer(settings: WorkerSettings):
-    """The commitment signer of ``settings.signing_key`` (None: unsigned)."""
-    return _signers(settings)[0]
-
-
 def _faust_app(settings: WorkerSettings) -> faust.App:
     return faust.App(
         settings.app_id,

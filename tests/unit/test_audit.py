@@ -182,10 +182,11 @@ def test_clock_driven_halts_are_replayed_where_they_were_issued():
     assert [(x.job_id, "extra" in x.what) for x in f["commands"]] == [("A", True)]
 
 
-def test_split_by_cohort_gives_the_same_report(tmp_path, monkeypatch):
-    # every clean vector in one log, its ids prefixed so each is a cohort of its own
+def _cohort_per_vector(names) -> list[dict]:
+    """The events of the named vectors in one list, each vector's ids prefixed ``v<i>-`` so that
+    it is a cohort of its own."""
     lines = []
-    for i, n in enumerate(v for v in VECTORS if not v.startswith(("07", "13"))):
+    for i, n in enumerate(names):
         for x in (Path(SCENARIOS) / f"{n}.jsonl").read_text().splitlines():
             if x.strip():
                 d = json.loads(x)
@@ -194,6 +195,12 @@ def test_split_by_cohort_gives_the_same_report(tmp_path, monkeypatch):
                     if d.get(k) is not None:
                         d[k] = f"v{i}-{d[k]}"
                 lines.append(d)
+    return lines
+
+
+def test_split_by_cohort_gives_the_same_report(tmp_path, monkeypatch):
+    # every clean vector in one log, its ids prefixed so each is a cohort of its own
+    lines = _cohort_per_vector(v for v in VECTORS if not v.startswith(("07", "13")))
     src = tmp_path / "all.jsonl"
     src.write_text("".join(json.dumps(d) + "\n" for d in chain_events(lines)))
     merged = simulate_pipeline(str(src))
@@ -368,16 +375,7 @@ def test_signed_commitments_with_trusted_keys_are_verified(tmp_path):
 def test_the_signature_tally_survives_the_split_by_cohort(tmp_path, monkeypatch):
     from streams.signing import CommitmentSigner, generate_key, key_id
 
-    lines = []
-    for i, n in enumerate(("14_pbt_cohort", "01_seed_example")):  # two cohorts
-        for x in (Path(SCENARIOS) / f"{n}.jsonl").read_text().splitlines():
-            if x.strip():
-                d = json.loads(x)
-                for k in ("job_id", "cohort_id", "checkpoint_id", "source_checkpoint_id", "base_checkpoint_id",
-                          "restored_checkpoint_id", "final_checkpoint_id"):
-                    if d.get(k) is not None:
-                        d[k] = f"v{i}-{d[k]}"
-                lines.append(d)
+    lines = _cohort_per_vector(("14_pbt_cohort", "01_seed_example"))  # two cohorts
     src = tmp_path / "two.jsonl"
     src.write_text("".join(json.dumps(d) + "\n" for d in chain_events(lines)))
     key = generate_key()

@@ -365,10 +365,10 @@ def test_worker_refuses_an_unusable_signing_key_before_starting(tmp_path):
 
 def test_worker_settings_make_the_referee_sign(tmp_path, key):
     pytest.importorskip("faust")
-    from streams.worker.faust_app import _signer
+    from streams.worker.faust_app import _signers
     from streams.worker.settings import WorkerSettings
 
-    assert _signer(WorkerSettings(bootstrap="x")) is None
+    assert _signers(WorkerSettings(bootstrap="x"))[0] is None
     path = save_private_key(key, tmp_path / "processor.key")
-    signer = _signer(WorkerSettings(bootstrap="x", signing_key=path))
+    signer = _signers(WorkerSettings(bootstrap="x", signing_key=path))[0]
     assert signer.key_id == key_id(key)
