@@ -166,6 +166,8 @@ _AUTHZ = {
     KafkaError.CLUSTER_AUTHORIZATION_FAILED: "cluster",
     KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "transactional id",
 }
+#: the same denials as librdkafka words them
+_AUTHZ_TEXT = {f"{kind} authorization failed": code for code, kind in _AUTHZ.items()}
 
 
 def _error_of(exc: BaseException | KafkaError | None) -> KafkaError | None:
@@ -197,10 +199,9 @@ def refusal(err: BaseException | KafkaError, props: Mapping[str, str], bootstrap
     text = _short(error.str() if error is not None else str(err))
     who = principal(props)
     code = error.code() if error is not None else None
-    if code == KafkaError._GAPLESS_GUARANTEE and "topic authorization failed" in text.lower():
-        # an idempotent producer with the gap-less guarantee turns a denied write into a fatal
-        # error of its own code
-        code = KafkaError.TOPIC_AUTHORIZATION_FAILED
+    if code not in _AUTHZ:
+        # a producer's fatal error (_FATAL, _GAPLESS_GUARANTEE) carries the denial in its text only
+        code = next((c for phrase, c in _AUTHZ_TEXT.items() if phrase in text.lower()), code)
     if code in _AUTHZ or "AUTHORIZATION_FAILED" in text or "not authorized" in text.lower():
         kind = _AUTHZ.get(code, "resource")
         if kind == "cluster" and not resource:

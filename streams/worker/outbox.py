@@ -81,8 +81,9 @@ class Outbox:
         loop = asyncio.get_running_loop()
         try:
             remaining = await loop.run_in_executor(None, self._flush, 30.0)
-        except Exception as exc:  # a producer's fatal error (e.g. no IDEMPOTENT_WRITE) is raised here
-            refused = self.kafka.refusal(exc)
+        except Exception as exc:  # a producer's fatal error (e.g. no IDEMPOTENT_WRITE) is raised here,
+            # sometimes as a bare SystemError: the error callback has it then
+            refused = self.kafka.refusal(exc) or self.watch.failure
             if refused is None:
                 raise
             raise refused from exc
