@@ -47,6 +47,8 @@ class Auditor:
         #: id(event) -> its canonical bytes (computed once for the chain check, reused by the fold;
         #: the events are kept alive by by_origin, so their ids are stable)
         self.canonical: dict[int, Any] = {}
+        #: events the replay's seal gate refused: (item, event, kind, reason) (streams.core.seals)
+        self.refused: list[tuple[Any, Any, str, str]] = []
 
     def run(self) -> AuditReport:
         t0 = time.perf_counter()

@@ -48,8 +48,11 @@ def _fold(a: Auditor, referee: Referee, pending: Targets, expected: Expected) ->
             accepted = False
         else:
             handled = referee.handle(item.cohort, item.event, item.ts, partition=item.partition, publish=True,
-                                     canonical=a.canonical.get(id(item.event)))
-            emissions, accepted = handled.emissions, handled.result.accepted
+                                     canonical=a.canonical.get(id(item.event)), ref=item)
+            r = handled.result
+            emissions, accepted = handled.emissions, r.accepted + len(r.released)
+            for ref, ev, kind, reason in r.refused:
+                a.refused.append((ref, ev, kind, reason))
         for em in emissions:
             if em.topic in expected:
                 expected[em.topic].append((em, item))

@@ -23,9 +23,10 @@ def example_events() -> list[dict[str, Any]]:
     return [
         {**base, "seq": 0, "ts": 1760000000000, "type": "JobStarted", "cohort_id": "c1",
          "base_model": "base-7b", "base_checkpoint_id": None, "config_hash": _h("cfg"),
-         "prev_hash": ZERO_HASH, "hash": _h("job-a", 0)},
+         "prev_hash": ZERO_HASH, "hash": _h("job-a", 0), "public_key": _h("key")},
         {**base, "seq": 1, "ts": 1760000001000, "type": "Progress", "step": 10, "epoch": 0,
-         "loss": 2.25, "grad_norm": 1.5, "lr": 1e-4, "prev_hash": _h("job-a", 0), "hash": _h("job-a", 1)},
+         "loss": 2.25, "grad_norm": 1.5, "lr": 1e-4, "prev_hash": _h("job-a", 0), "hash": _h("job-a", 1),
+         "signature": _h("sig", 1) + _h("sig", 2)},
         {**base, "seq": 2, "ts": 1760000002000, "type": "Progress", "step": 20, "epoch": 0,
          "loss": float("nan"), "grad_norm": float("inf"), "lr": None},
         {**base, "seq": 3, "ts": 1760000003000, "type": "CheckpointWritten", "checkpoint_id": "job-a-20",

@@ -9,10 +9,12 @@ decimal, null as the empty string, doubles as Python's shortest round-trip ``rep
 Fields added to SPEC §4 after the chain was first defined are written only when they differ
 from their default, after the other fields, so the canonical bytes — and so the hashes — of every
 event that does not use them stay what they always were and chains written before the field
-existed still verify. One such field today: ``RolledBack.from_scratch`` (SPEC revision 2, schemas
-v4), written as the part ``true`` when true and not at all when false. The encoding stays
-unambiguous: a part never contains 0x00, so a ``RolledBack`` with ``from_scratch`` true has one
-part more than any without it.
+existed still verify. Two such fields today: ``RolledBack.from_scratch`` (SPEC revision 2, schemas
+v4), written as the part ``true`` when true and not at all when false, and
+``JobStarted.public_key`` (revision 3, schemas v6), written as its text when not null. The
+encoding stays unambiguous: a part never contains 0x00, so such an event has one part more than
+any without the field. ``signature`` (revision 3) is never written: it signs the hash
+(:mod:`streams.core.seals`).
 
 ``hash = SHA-256(bytes.fromhex(prev_hash) || canonical_bytes)``, lower-case hex; the
 ``prev_hash`` of a job's ``JobStarted`` is 32 zero bytes (64 ``0`` characters).
@@ -31,20 +33,23 @@ GENESIS = "0" * 64
 
 _ORDER_CACHE: dict[type, tuple[str, ...]] = {}
 
-#: Fields added later (see the module doc): written, as ``true``, only when true.
-_WRITTEN_WHEN_TRUE = frozenset({"from_scratch"})
+#: Fields added later (see the module doc), each with how it is written when set: ``from_scratch``
+#: as ``true`` when true, ``public_key`` as its text when not null; absent otherwise.
+_WRITTEN_WHEN_SET = {"from_scratch": lambda v: "true" if v else None, "public_key": lambda v: v}
+#: never part of the canonical bytes
+_NOT_HASHED = frozenset({"hash", "signature"})
 
 
 def _field_order(cls: type) -> tuple[str, ...]:
     order = _ORDER_CACHE.get(cls)
     if order is None:
-        order = tuple(f.name for f in fields(cls) if f.name != "hash" and f.name not in _WRITTEN_WHEN_TRUE)
+        order = tuple(f.name for f in fields(cls) if f.name not in _NOT_HASHED and f.name not in _WRITTEN_WHEN_SET)
         _ORDER_CACHE[cls] = order
     return order
 
 
-def _extra_fields(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in fields(cls) if f.name in _WRITTEN_WHEN_TRUE)
+def _extra_fields(cls: type) -> tuple[tuple[str, Any], ...]:
+    return tuple((f.name, _WRITTEN_WHEN_SET[f.name]) for f in fields(cls) if f.name in _WRITTEN_WHEN_SET)
 
 
 def _text(value: Any) -> str:
@@ -82,9 +87,10 @@ def canonical_with_nulls(event: Event) -> tuple[bytes, tuple[int, ...]]:
             out.append(repr(v) + "\x00")
         else:
             out.append(f"{v}\x00")
-    for name in extra:  # fields added later: only when true (module doc)
-        if getattr(event, name):
-            out.append("true\x00")
+    for name, text in extra:  # fields added later: only when set (module doc)
+        part = text(getattr(event, name))
+        if part is not None:
+            out.append(f"{part}\x00")
     return "".join(out).encode("utf-8"), tuple(nulls)
 
 

@@ -23,6 +23,7 @@ from streams.core.commitment import event_leaf
 from streams.core.events import Event
 from streams.core.ids import hash_parts
 from streams.core.merkle import CompactRange
+from streams.core.seals import SealGate
 from streams.core.project import (
     EXTERNAL,
     RawVerdict,
@@ -100,6 +101,7 @@ class Lineage:
 
     def __init__(self, config: Config | None = None) -> None:
         self.state = LineageState(config)
+        self.seals = SealGate(self.state.jobs, self.state.config.seals)
         self._raw: dict[SourceKey, RawVerdict] = {}
         self.verdicts: dict[SourceKey, Verdict] = {}
         self.plans: dict[str, dict[str, Any]] = {}
@@ -118,13 +120,48 @@ class Lineage:
 
     # -------------------------------------------------------------- folding
 
-    def fold(self, event: Event, now_ms: int | None = None, canonical: Any = None) -> FoldResult:
+    def fold(self, event: Event, now_ms: int | None = None, canonical: Any = None, ref: Any = None) -> FoldResult:
         """Fold without deciding (call :meth:`decide` later). An accepted event is appended
-        to the fold log. ``canonical``: see :meth:`LineageState.fold`."""
-        result = self.state.fold(event, now_ms, canonical)
-        if result.accepted:
-            self.log.append(event_leaf(event))
-        return result
+        to the fold log. ``canonical``: see :meth:`LineageState.fold`.
+
+        The seal gate (:mod:`streams.core.seals`) comes first: an event of a job that declared a
+        key may be held (``result.held``), may release events held before (``result.released``)
+        or be refused; every refusal — of this event or of held ones — is in ``result.refused``
+        as (``ref`` given with that event, event, kind, reason)."""
+        if self.seals.passes(event):
+            result = self.state.fold(event, now_ms, canonical)
+            if result.accepted:
+                self.log.append(event_leaf(event))
+            return result
+        return self._fold_gated(event, now_ms, canonical, ref)
+
+    def _fold_gated(self, event: Event, now_ms: int | None, canonical: Any, ref: Any) -> FoldResult:
+        adm = self.seals.admit(event, canonical, ref)
+        main: FoldResult | None = None
+        released: list[Event] = []
+        refused = list(adm.refused)
+        for h in adm.fold:
+            res = self.state.fold(h.event, now_ms, h.canonical)
+            if res.accepted:
+                self.log.append(event_leaf(h.event))
+            if h.event is event:
+                main = res
+            elif res.accepted:
+                released.append(h.event)
+            elif not res.duplicate:
+                reasons = "; ".join(f"{r}: {d}" for r, d in res.guard) or "refused by the fold"
+                refused.append((h.ref, h.event, res.guard[0][0] if res.guard else "REJECTED", reasons))
+        if main is None:
+            main = FoldResult()
+            main.accepted = False
+            main.held = adm.held
+        main.released = released
+        main.refused = refused
+        return main
+
+    def unsealed(self) -> list[tuple[Any, Event, str, str]]:
+        """At the end of an offline log: every event still waiting for a seal, refused."""
+        return self.seals.unsealed()
 
     def apply(self, event: Event, now_ms: int | None = None) -> list[Decision]:
         self.fold(event, now_ms)

@@ -8,7 +8,7 @@ the field. ``event_to_dict`` is its inverse. Nothing here does I/O.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Union
 
 from streams.core.errors import InvalidEvent
@@ -34,6 +34,10 @@ class Envelope:
     ts: int
     prev_hash: str | None
     hash: str | None
+    #: SPEC revision 3 (schemas v6): the job's Ed25519 signature over this event's ``hash``
+    #: (hex, 128 characters; :mod:`streams.core.seals`), or None. Not part of the canonical
+    #: bytes: a signature seals a hash, it is not hashed itself.
+    signature: str | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +46,9 @@ class JobStarted(Envelope):
     base_model: str
     base_checkpoint_id: str | None
     config_hash: str | None
+    #: SPEC revision 3 (schemas v6): the job's Ed25519 public key (hex, 64 characters); every
+    #: later event of the job must then be sealed by it (:mod:`streams.core.seals`)
+    public_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +130,7 @@ _ENVELOPE_SPEC: dict[str, tuple[Any, bool]] = {
     "ts": ("int", False),
     "prev_hash": ("str", True),
     "hash": ("str", True),
+    "signature": ("str", True),
 }
 _TYPE_SPEC: dict[str, dict[str, tuple[Any, bool]]] = {
     "JobStarted": {
@@ -130,6 +138,7 @@ _TYPE_SPEC: dict[str, dict[str, tuple[Any, bool]]] = {
         "base_model": ("str", False),
         "base_checkpoint_id": ("str", True),
         "config_hash": ("str", True),
+        "public_key": ("str", True),
     },
     "Progress": {
         "step": ("int", False),
@@ -167,7 +176,7 @@ _TYPE_SPEC: dict[str, dict[str, tuple[Any, bool]]] = {
     },
 }
 # optional keys: may be absent from the dict (treated as null, or as their default below)
-_OPTIONAL = {"prev_hash", "hash", "config_hash", "grad_norm", "lr", "command_id",
+_OPTIONAL = {"prev_hash", "hash", "signature", "public_key", "config_hash", "grad_norm", "lr", "command_id",
              "final_checkpoint_id", "base_checkpoint_id", "restored_checkpoint_id", "from_scratch"}
 # optional keys that are not nullable: their value when absent (a field added later, whose
 # default is what every older event meant)
@@ -275,10 +284,18 @@ def event_type(event: Event) -> str:
     return type(event).__name__
 
 
+#: fields added after the first wire format, left out of the dict form while null so the dict
+#: (and every file written from it) of an event that does not use them stays what it was
+_LEFT_OUT_WHEN_NULL = frozenset({"signature", "public_key"})
+
+
 def event_to_dict(event: Event) -> dict[str, Any]:
     d: dict[str, Any] = {"type": type(event).__name__}
     for f in fields(event):
-        d[f.name] = getattr(event, f.name)
+        v = getattr(event, f.name)
+        if v is None and f.name in _LEFT_OUT_WHEN_NULL:
+            continue
+        d[f.name] = v
     return d
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from streams.core.chain import GENESIS, canonical_with_nulls, verify_link
+from streams.core.seals import SealPolicy
 from streams.core.events import (
     CheckpointConsumed,
     CheckpointWritten,
@@ -59,6 +60,8 @@ class Config:
     window: int = 10
     spike_factor: float = 3.0
     taint_margin: int = 0
+    #: what the processor demands of job keys (:mod:`streams.core.seals`; not a SPEC §5 tunable)
+    seals: SealPolicy = SealPolicy()
 
     def __post_init__(self) -> None:
         if self.window < 1:
@@ -195,6 +198,7 @@ class Job:
         "halt_reasons",
         "last_ts",
         "diverged",
+        "public_key",
     )
 
     def __init__(self, job_id: str) -> None:
@@ -213,6 +217,9 @@ class Job:
         self.halt_reasons: dict[str, str] = {}  # reason -> detail
         self.last_ts: int | None = None
         self.diverged: set[int] = set()  # incarnation numbers that diverged
+        #: the Ed25519 key (hex) its first JobStarted declared: every event must be sealed by it
+        #: (:mod:`streams.core.seals`)
+        self.public_key: str | None = None
 
     @property
     def halt_reason(self) -> str | None:
@@ -232,12 +239,18 @@ def event_digest(event: Event, canonical: tuple[bytes, tuple[int, ...]] | None =
 class FoldResult:
     """What one fold did: whether the event was new, and any guard finding."""
 
-    __slots__ = ("accepted", "duplicate", "guard")
+    __slots__ = ("accepted", "duplicate", "guard", "held", "released", "refused")
 
     def __init__(self) -> None:
         self.accepted = True
         self.duplicate = False
         self.guard: list[tuple[str, str]] = []  # (reason, detail)
+        # set by the seal gate (:meth:`streams.core.decide.Lineage.fold`): the event waits for its
+        # job's seal; events held before that this one's seal folded; events refused, each
+        # (caller's ref, event, kind, reason) — this one or earlier held ones
+        self.held = False
+        self.released: Sequence = ()
+        self.refused: Sequence = ()
 
 
 class LineageState:
@@ -377,6 +390,8 @@ class LineageState:
     def _on_started(self, job: Job, ev: JobStarted, now_ms, result) -> None:
         if job.registered:
             self._halt(job, "CONFLICTING_DUPLICATE", f"second JobStarted at seq {ev.seq}", result)
+        else:
+            job.public_key = ev.public_key
         job.registered = True
         job.cohort_id = ev.cohort_id
         job.base_model = ev.base_model

@@ -65,7 +65,9 @@ def fold_batch(codec: Codec, referee: Referee, value: bytes | None, partition: i
     clock for it) into ``referee``; return (events folded, records to publish: none unless
     ``publish``). What cannot be folded is told to ``on_reject``: an undecodable record
     (``BAD_BATCH``), an event that does not parse (``INVALID_EVENT``), one the fold rejects
-    (its guard's first reason)."""
+    (its guard's first reason), one the seal gate refuses (``FORGED_EVENT``, ``UNSIGNED_JOB``,
+    ``KEY_NOT_ISSUED``: :mod:`streams.core.seals`) — possibly an event held from an earlier
+    record, told with that record's routed event."""
     try:
         batch = read_batch(codec, value)
     except BadBatch as exc:
@@ -85,12 +87,16 @@ def fold_batch(codec: Codec, referee: Referee, value: bytes | None, partition: i
             if on_reject is not None:
                 on_reject(routed, str(exc), "INVALID_EVENT")
             continue
-        handled = referee.handle(batch.cohort, event, ts, partition=partition, publish=publish)
+        handled = referee.handle(batch.cohort, event, ts, partition=partition, publish=publish, ref=routed)
         n += 1
         result = handled.result
-        if not result.accepted and not result.duplicate and on_reject is not None:
-            reasons = "; ".join(f"{r}: {d}" for r, d in result.guard) or "rejected by the fold"
-            on_reject(routed, reasons, result.guard[0][0] if result.guard else "REJECTED")
+        if on_reject is not None:
+            if not (result.accepted or result.duplicate or result.held) and \
+                    not any(r[1] is event for r in result.refused):
+                reasons = "; ".join(f"{r}: {d}" for r, d in result.guard) or "rejected by the fold"
+                on_reject(routed, reasons, result.guard[0][0] if result.guard else "REJECTED")
+            for ref, _event, kind, reason in result.refused:  # this event, or held ones (seals)
+                on_reject(ref, reason, kind)
         out.extend(handled.emissions)
     referee.note_input(batch.cohort, partition, offset)
     return n, out

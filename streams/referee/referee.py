@@ -47,6 +47,8 @@ class RefereeStats:
     manifests: int = 0
     alerts: int = 0
     halts: int = 0
+    #: events waiting for their job's seal (:mod:`streams.core.seals`)
+    held: int = 0
 
 
 @dataclass
@@ -124,21 +126,28 @@ class Referee:
     # ------------------------------------------------------------------ events
 
     def handle(self, cohort: str, event: Event, now_ms: int, partition: int | None = None,
-               publish: bool = True, canonical: Any = None) -> Handled:
+               publish: bool = True, canonical: Any = None, ref: Any = None) -> Handled:
         """Fold one routed event; return the records to publish (none when ``publish`` is
-        False: a replay only rebuilds state, what it decides was published already)."""
+        False: a replay only rebuilds state, what it decides was published already). ``ref``
+        comes back with the event if the seal gate refuses it, now or later
+        (``result.refused``, :mod:`streams.core.seals`)."""
         lin = self.engine(cohort, partition)
-        result = lin.fold(event, now_ms, canonical)
-        self.stats.events += result.accepted
+        held_before = lin.seals.holding
+        result = lin.fold(event, now_ms, canonical, ref)
+        folded = [event, *result.released] if result.accepted else list(result.released)
+        self.stats.events += len(folded)
         self.stats.duplicates += result.duplicate
-        self.stats.rejected += (not result.accepted and not result.duplicate)
+        self.stats.rejected += (not result.accepted and not result.duplicate and not result.held
+                                and not result.refused) + len(result.refused)
+        self.stats.held += lin.seals.holding - held_before
         decisions = lin.decide()
         out: list[R.Emission] = []
-        if result.accepted:
+        if folded:
             self._dirty_cohorts.add(cohort)
-            if isinstance(event, CheckpointWritten):
-                ck = lin.state.checkpoints.get(event.checkpoint_id)
-                if ck is not None and ck.job_id == event.job_id and ck.seq == event.seq and not ck.sources:
+        for ev in folded:
+            if isinstance(ev, CheckpointWritten):
+                ck = lin.state.checkpoints.get(ev.checkpoint_id)
+                if ck is not None and ck.job_id == ev.job_id and ck.seq == ev.seq and not ck.sources:
                     out.append(R.checkpoint_status(ck, lin.state.jobs[ck.job_id].cohort_id, [], now_ms))
         root: list[str | None] = []
 

@@ -62,11 +62,14 @@ def same(a, b) -> bool:
 
 
 def as_decoded(event: dict) -> dict:
-    """What decoding an encoded event gives back: the hash fields present, None when absent;
-    ``RolledBack.from_scratch`` (schemas v4) present, false when absent."""
-    out = {"prev_hash": None, "hash": None, **event}
+    """What decoding an encoded event gives back: the hash fields and ``signature`` (schemas
+    v6) present, None when absent; ``RolledBack.from_scratch`` (schemas v4) present, false when
+    absent; ``JobStarted.public_key`` (v6) present, None when absent."""
+    out = {"prev_hash": None, "hash": None, "signature": None, **event}
     if event.get("type") == "RolledBack":
         out.setdefault("from_scratch", False)
+    if event.get("type") == "JobStarted":
+        out.setdefault("public_key", None)
     return out
 
 
@@ -163,11 +166,11 @@ def test_optional_fields_may_be_left_out(codec):
     event = {"type": "Progress", "job_id": "A", "seq": 1, "incarnation": 0, "ts": 5,
              "step": 10, "epoch": 0, "loss": 1.0}
     back = codec.decode_event(codec.encode_event(event))
-    assert back == {**event, "grad_norm": None, "lr": None, "hash": None, "prev_hash": None}
+    assert back == {**event, "grad_norm": None, "lr": None, "hash": None, "prev_hash": None, "signature": None}
     started = {"type": "JobStarted", "job_id": "A", "seq": 0, "incarnation": 0, "ts": 1,
                "cohort_id": "c1", "base_model": "m"}
     back = codec.decode_event(codec.encode_event(started))
-    assert back["base_checkpoint_id"] is None and back["config_hash"] is None
+    assert back["base_checkpoint_id"] is None and back["config_hash"] is None and back["public_key"] is None
 
 
 @pytest.mark.parametrize("record", example_records(), ids=lambda r: r["type"])

@@ -41,8 +41,10 @@ SCENARIOS = Path(os.environ.get("TRAINTRACE_SCENARIOS_DIR", REPO.parent / "share
 # -- the contract, as SPEC.md writes it ---------------------------------------------------------
 
 ENVELOPE = ["job_id", "seq", "incarnation", "ts", "prev_hash", "hash"]
+#: added after SPEC §4 was written: the job's seal (schemas v6, streams.core.seals)
+ENVELOPE_LATER = ["signature"]
 SPEC4_FIELDS = {
-    "JobStarted": ["cohort_id", "base_model", "base_checkpoint_id", "config_hash"],
+    "JobStarted": ["cohort_id", "base_model", "base_checkpoint_id", "config_hash", "public_key"],  # key: v6
     "Progress": ["step", "epoch", "loss", "grad_norm", "lr"],
     "CheckpointWritten": ["checkpoint_id", "step", "epoch", "content_hash", "uri"],
     "CheckpointConsumed": ["source_checkpoint_id", "step", "mode"],
@@ -52,7 +54,7 @@ SPEC4_FIELDS = {
 }
 SPEC4_NULLABLE = {
     "prev_hash", "hash", "base_checkpoint_id", "config_hash", "grad_norm", "lr",
-    "restored_checkpoint_id", "command_id", "final_checkpoint_id",
+    "restored_checkpoint_id", "command_id", "final_checkpoint_id", "public_key",
 }
 # not nullable, with a default (may be left out): SPEC revision 2, schemas v4
 SPEC4_DEFAULTS = {"from_scratch": False}
@@ -160,7 +162,7 @@ def test_named_types_are_defined_identically_everywhere():
 def test_event_schema_matches_spec_section_4():
     raw = default_schema_set().reader("LineageEvent").raw
     fields = [f["name"] for f in raw["fields"]]
-    assert fields == ENVELOPE + ["payload"]
+    assert fields == ENVELOPE + ENVELOPE_LATER + ["payload"]
     assert _field(raw, "seq")["type"] == "long" and _field(raw, "incarnation")["type"] == "int"
     assert _field(raw, "ts")["type"] == "long"
     for h in ("hash", "prev_hash"):
@@ -221,7 +223,8 @@ def test_every_key_of_every_test_vector_is_a_schema_field_and_round_trips():
                 assert back[k] == default, (t, k)
         seen.setdefault(t, set()).update(keys)
     for t, keys in seen.items():
-        assert keys - {"hash", "prev_hash"} == set(ENVELOPE[:4]) | set(SPEC4_FIELDS[t]), t
+        # public_key (v6) came after the vectors were written: none of them declares a key
+        assert keys - {"hash", "prev_hash"} == set(ENVELOPE[:4]) | set(SPEC4_FIELDS[t]) - {"public_key"}, t
 
 
 def test_fingerprint_is_avro_crc64_of_the_canonical_form():
@@ -432,7 +435,7 @@ def test_an_older_writer_schema_decodes_with_defaults():
     codec = Codec(default_schema_set().with_writers(old), registry_url="", wire_format="single-object")
     assert codec.decode_event(data) == {
         "type": "Progress", "job_id": "A", "seq": 3, "incarnation": 0, "ts": 9, "step": 30, "epoch": 1,
-        "loss": 1.5, "grad_norm": None, "lr": None, "hash": None, "prev_hash": None}
+        "loss": 1.5, "grad_norm": None, "lr": None, "hash": None, "prev_hash": None, "signature": None}
     consumed = {"job_id": "A", "seq": 4, "incarnation": 0, "ts": 10,
                 "payload": ("traintrace.CheckpointConsumed", {"source_checkpoint_id": "B-1", "step": 31, "mode": "MERGE"})}
     back = codec.decode_event(write_with(old_info, consumed))
@@ -481,7 +484,7 @@ def test_a_new_version_directory_becomes_the_reader_and_reads_every_older_one(tm
     shutil.copytree(SCHEMAS / "v1", tmp_path / "only-v1" / "v1")
     codec1 = Codec(SchemaSet.from_directory(tmp_path / "only-v1"), registry_url="", wire_format="single-object")
 
-    started = example_events()[0]
+    started = {k: v for k, v in example_events()[0].items() if k != "public_key"}  # v1 has no key
     back = codec2.decode_event(codec1.encode_event(started))
     assert back["host"] is None and back["cohort_id"] == started["cohort_id"]
     alert = example_records()[5]
