@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, NoReturn, TypeVar
 
 import click
@@ -59,16 +60,66 @@ def kafka_config_option(f: F) -> F:
         "--kafka-config", envvar=CONFIG_ENV, default=None, metavar="FILE",
         type=click.Path(dir_okay=False),
         help="librdkafka properties every Kafka client gets (key=value lines, # comments), e.g. "
-             f"security.protocol=SASL_SSL and the sasl.* / ssl.* of a secured cluster. [env {CONFIG_ENV}]")(f)
+             f"security.protocol=SASL_SSL and the sasl.* / ssl.* of a secured cluster. [env {CONFIG_ENV}; "
+             f"per setting: {PRECEDENCE}]")(f)
+
+
+#: how the sources of a security setting rank, said in --help and docs/security.md
+PRECEDENCE = "flag > KAFKA_* environment > --kafka-config file > default"
+#: ``ctx.meta`` key of the security flags given (keyword of ``KafkaSettings.with_security`` -> value)
+_SECURITY_META = "traintrace.kafka_security"
+#: the security flags: (option, ``with_security`` keyword, environment variable, metavar, help)
+_SECURITY_FLAGS = (
+    ("--security-protocol", "protocol", "KAFKA_SECURITY_PROTOCOL", "PROTOCOL",
+     "security.protocol: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL. Each security flag wins over "
+     f"its variable, which wins over --kafka-config ({PRECEDENCE})."),
+    ("--sasl-mechanism", "mechanism", "KAFKA_SASL_MECHANISM", "MECHANISM",
+     "sasl.mechanism: SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN."),
+    ("--sasl-username", "username", "KAFKA_SASL_USERNAME", "USER", "sasl.username."),
+    ("--sasl-password", "password", "KAFKA_SASL_PASSWORD", "PASSWORD",
+     "sasl.password. Prefer the environment variable (a flag shows in the process list); it is "
+     "never printed or logged."),
+    ("--ssl-ca", "ca", "KAFKA_SSL_CA_LOCATION", "FILE", "ssl.ca.location: the CA (PEM) of the brokers."),
+    ("--ssl-cert", "cert", "KAFKA_SSL_CERTIFICATE_LOCATION", "FILE",
+     "ssl.certificate.location: the client's certificate (PEM, mutual TLS)."),
+    ("--ssl-key", "key", "KAFKA_SSL_KEY_LOCATION", "FILE", "ssl.key.location: the client's key (PEM, mutual TLS)."),
+)
+
+
+def _keep(kw: str) -> Callable[[click.Context, click.Parameter, str | None], None]:
+    """The callback of a security flag: a value given is kept in ``ctx.meta`` for
+    :func:`kafka_settings` (not a parameter of the command, so every command taking
+    :func:`kafka_options` gets the flags without a change)."""
+
+    def keep(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+        if value is not None:
+            ctx.meta.setdefault(_SECURITY_META, {})[kw] = value
+
+    return keep
+
+
+def security_options(f: F) -> F:
+    """``--security-protocol``, ``--sasl-*``, ``--ssl-*`` (:data:`_SECURITY_FLAGS`); a flag wins
+    over its ``KAFKA_*`` variable and the ``--kafka-config`` file (:data:`PRECEDENCE`)."""
+    for flag, kw, var, metavar, text in reversed(_SECURITY_FLAGS):
+        f = click.option(flag, default=None, metavar=metavar, expose_value=False, callback=_keep(kw),
+                         help=f"{text} [env {var}]")(f)
+    return f
 
 
 def kafka_options(start_broker: bool = False) -> Callable[[F], F]:
-    """``--bootstrap`` and ``--kafka-config``: what :func:`kafka_settings` takes."""
+    """``--bootstrap``, ``--kafka-config`` and the security flags: what :func:`kafka_settings` takes."""
 
     def decorate(f: F) -> F:
-        return bootstrap_option(kafka_config_option(f), start_broker=start_broker)
+        return bootstrap_option(kafka_config_option(security_options(f)), start_broker=start_broker)
 
     return decorate
+
+
+def _security_flags() -> dict[str, str]:
+    """The security flags given to the running command (none outside a command)."""
+    ctx = click.get_current_context(silent=True)
+    return dict(ctx.meta.get(_SECURITY_META, {})) if ctx is not None else {}
 
 
 def resolve_bootstrap(bootstrap: str | None, start: bool = True) -> tuple[str, bool]:
@@ -93,12 +144,41 @@ def resolve_bootstrap(bootstrap: str | None, start: bool = True) -> tuple[str, b
         fail(str(exc))
 
 
+def secure_broker_dir() -> Path:
+    """The data directory of the secure local broker of ``traintrace demo --secure``: beside the
+    default broker's (``<broker dir>-secure``), so the two run side by side on their own ports."""
+    from streams.kafka.broker import default_data_dir
+
+    plain = default_data_dir()
+    return plain.with_name(plain.name + "-secure")
+
+
+def resolve_secure_broker() -> tuple[str, dict[str, str], bool]:
+    """The secure local broker of :func:`secure_broker_dir`, started if needed (like
+    :func:`resolve_bootstrap` does the default one). Returns (bootstrap, role -> client
+    properties file, started_now)."""
+    from streams.kafka.broker import BrokerError, LocalBroker
+
+    broker = LocalBroker(secure_broker_dir(), secure=True)
+    started = False
+    if not broker.status().get("running"):
+        try:
+            with err_console.status("starting the secure local Kafka broker (SASL_SSL; first run makes its CA)"):
+                broker.start()
+        except BrokerError as exc:
+            fail(str(exc))
+        started = True
+    status = broker.status()
+    return status["bootstrap"], dict(status.get("client_properties") or {}), started
+
+
 def kafka_settings(bootstrap: str | None, kafka_config: str | None = None, *,
                    start_broker: bool = False) -> "KafkaSettings":
     """The settings every Kafka client of the command is built from: the bootstrap of
-    :func:`resolve_bootstrap`, the environment's client id, and the properties of
+    :func:`resolve_bootstrap`, the environment's client id, and the security properties of, per
+    key, the flags of :func:`security_options`, else the ``KAFKA_*`` variables, else the file
     ``kafka_config`` (``--kafka-config``; else ``TRAINTRACE_KAFKA_CONFIG``). A bad setting
-    fails (exit 2) naming it."""
+    fails (exit 2) naming it, never showing a secret."""
     from streams.kafka.errors import KafkaAdapterError
     from streams.kafka.settings import KafkaSettings
 
@@ -107,7 +187,9 @@ def kafka_settings(bootstrap: str | None, kafka_config: str | None = None, *,
     if kafka_config is not None:
         env[CONFIG_ENV] = kafka_config
     try:
-        return KafkaSettings.from_env(bootstrap=bootstrap, env=env)
+        settings = KafkaSettings.from_env(bootstrap=bootstrap, env=env)
+        flags = _security_flags()
+        return settings.with_security(**flags) if flags else settings
     except KafkaAdapterError as exc:
         fail(str(exc))
 

@@ -17,7 +17,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from streams.cli.common import bootstrap_option, fail, resolve_bootstrap
+from streams.cli.common import bootstrap_option, fail, resolve_bootstrap, resolve_secure_broker, secure_broker_dir
 
 
 @click.command()
@@ -35,8 +35,13 @@ from streams.cli.common import bootstrap_option, fail, resolve_bootstrap
 @click.option("--keep", is_flag=True, help="Keep the temporary work directory and the run's topics "
                                            "(removed by default once the run succeeded).")
 @click.option("--json", "as_json", is_flag=True, help="Print the final report as one JSON object.")
+@click.option("--secure", is_flag=True,
+              help="Run on the secure local broker (SASL_SSL, SCRAM-SHA-512, ACLs; started if needed, data "
+                   "beside the default broker's with -secure), each part as its own role (workers: "
+                   "processor, jobs: trainer, plans and alerts: operator, read-back, export and audit: "
+                   "auditor), the jobs obeying only control signed by a key of WORK_DIR/keys.")
 def demo(bootstrap: str | None, gate: str, workers: int, work_dir: Path | None, keep: bool,
-         as_json: bool) -> None:
+         as_json: bool, secure: bool) -> None:
     """Run the demo cohort live: six real training jobs (numpy MLPs, one process each) share
     checkpoints through PBT exploits, weight averaging and a reference model; j1's learning rate
     blows up, j2 copies j1's checkpoint after the onset, j3 another one from before it.
@@ -54,12 +59,16 @@ def demo(bootstrap: str | None, gate: str, workers: int, work_dir: Path | None, 
     and drawn (WORK_DIR/lineage.html, WORK_DIR/lineage.png); the report's Audit section has each
     check's verdict and the commands that redo it. Exit status 1 when the story (the audit
     included) did not come out as expected.
+
+    The job clients apply commands without checking their signatures unless --secure (local demo
+    only: the report says so). With --secure they are given the keyring WORK_DIR/keys
+    (processor/ and operator/ keys, throw-away) and the report names each role's principal.
     """
     from streams.demo.errors import DemoError, WorkDirNotEmpty
     from streams.demo.leftovers import make_work_dir, tidy_up
 
     console = _console()
-    bootstrap, started = resolve_bootstrap(bootstrap)
+    kafka, bootstrap, started = _kafka(bootstrap, secure)
     try:
         work, temporary = make_work_dir(work_dir)
     except WorkDirNotEmpty as exc:
@@ -69,8 +78,8 @@ def demo(bootstrap: str | None, gate: str, workers: int, work_dir: Path | None, 
     try:
         with _sigterm_as_interrupt():
             if not as_json:
-                _print_intro(console, bootstrap, started)
-            report = _run(console, bootstrap, work, gate, workers, as_json)
+                _print_intro(console, bootstrap, started, secure)
+            report = _run(console, kafka, work, gate, workers, as_json)
     except DemoError as exc:
         fail(str(exc), 1)
     except KeyboardInterrupt:
@@ -78,13 +87,34 @@ def demo(bootstrap: str | None, gate: str, workers: int, work_dir: Path | None, 
         click.echo("interrupted: the jobs and workers are stopped", err=True)
         sys.exit(130)
     finally:
-        kept = tidy_up(bootstrap, work, report, temporary=temporary, keep=keep, interrupted=interrupted)
+        kept = tidy_up(kafka, work, report, temporary=temporary, keep=keep, interrupted=interrupted)
         if kept and report is None:
             click.echo(f"work directory kept: {work}", err=True)
     assert report is not None
     _print_outcome(console, report, bootstrap, started, as_json)
     if not report.get("story_ok"):
         sys.exit(1)
+
+
+def _kafka(bootstrap: str | None, secure: bool) -> tuple[Any, str, bool]:
+    """What the run's clients are built from: the bootstrap servers (plain), or each role's
+    settings on the secure local broker (``--secure``); the bootstrap; whether a broker was
+    started now."""
+    if not secure:
+        bootstrap, started = resolve_bootstrap(bootstrap)
+        return bootstrap, bootstrap, started
+    from click.core import ParameterSource
+
+    from streams.demo.errors import DemoError
+    from streams.demo.roles import DemoKafka, secure_role_files
+
+    if click.get_current_context().get_parameter_source("bootstrap") == ParameterSource.COMMANDLINE:
+        fail("--secure runs on the secure local broker (its roles' credentials are its own): drop --bootstrap")
+    bootstrap, files, started = resolve_secure_broker()
+    try:
+        return DemoKafka.from_files(bootstrap, secure_role_files({"client_properties": files})), bootstrap, started
+    except DemoError as exc:
+        fail(f"{exc} (data directory {secure_broker_dir()})")
 
 
 def _console() -> Console:
@@ -107,14 +137,16 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _print_intro(console: Console, bootstrap: str, started: bool) -> None:
+def _print_intro(console: Console, bootstrap: str, started: bool, secure: bool) -> None:
     from streams.demo.scenario import describe
 
-    console.print(f"Kafka at [bold]{bootstrap}[/bold]" + (" (started now)" if started else ""))
+    console.print(f"Kafka at [bold]{bootstrap}[/bold]" + (" (started now)" if started else "")
+                  + (" [green]secure: SASL_SSL, each role its own credentials, signed control verified[/green]"
+                     if secure else ""))
     console.print(Panel(describe(), title="the story", title_align="left", expand=False))
 
 
-def _run(console: Console, bootstrap: str, work: Path, gate: str, workers: int, as_json: bool) -> dict[str, Any]:
+def _run(console: Console, kafka: Any, work: Path, gate: str, workers: int, as_json: bool) -> dict[str, Any]:
     """The run, shown as it goes: a live view on a terminal, a line per phase in a log, nothing
     with --json."""
     from streams.demo.run import run_demo
@@ -124,10 +156,10 @@ def _run(console: Console, bootstrap: str, work: Path, gate: str, workers: int, 
 
         with Live(console=console, auto_refresh=False, transient=False,
                   redirect_stdout=False, redirect_stderr=False) as live:
-            return run_demo(bootstrap, work, gate=gate, workers=workers, live=True,
+            return run_demo(kafka, work, gate=gate, workers=workers, live=True,
                             on_tick=lambda st: live.update(render_live(st), refresh=True))
     if as_json:
-        return run_demo(bootstrap, work, gate=gate, workers=workers)
+        return run_demo(kafka, work, gate=gate, workers=workers)
     console.print(f"running: {workers} worker(s), 6 jobs, gate {gate}; work dir {work}")
     seen: list[str] = []
 
@@ -136,7 +168,7 @@ def _run(console: Console, bootstrap: str, work: Path, gate: str, workers: int, 
             seen.append(st.phase)
             console.print(f"[dim]{st.elapsed:6.1f}s  {st.phase}[/dim]", highlight=False)
 
-    return run_demo(bootstrap, work, gate=gate, workers=workers, on_tick=phase_line)
+    return run_demo(kafka, work, gate=gate, workers=workers, on_tick=phase_line)
 
 
 def _print_outcome(console: Console, report: dict[str, Any], bootstrap: str, started: bool,
@@ -149,7 +181,9 @@ def _print_outcome(console: Console, report: dict[str, Any], bootstrap: str, sta
         return
     render_report(console, report)
     if started:
-        console.print("[dim]The local broker keeps running; stop it with `traintrace broker stop`.[/dim]")
+        stop = "traintrace broker stop" + (f" --data-dir {secure_broker_dir()}" if (report.get("kafka") or {}).get("secure")
+                                           else "")
+        console.print(f"[dim]The local broker keeps running; stop it with `{stop}`.[/dim]", highlight=False)
 
 
 # ------------------------------------------------------------------------------ rendering
@@ -200,6 +234,7 @@ def render_report(console: Console, r: dict[str, Any]) -> None:
     console.print(_commands_table(r["commands"]))
     console.print(_jobs_table(r))
     _print_timing(console, r)
+    _print_control(console, r)
     if r.get("audit") is not None:
         render_audit(console, r["audit"], bool(r.get("work_dir_kept")))
     _print_verdict(console, r)
@@ -281,6 +316,25 @@ def _print_timing(console: Console, r: dict[str, Any]) -> None:
                   f"{r['workers']} worker(s), gate {r['gate']}, {r['events']['count']} events.")
     if r.get("alerts"):
         console.print("Alerts: " + ", ".join(f"{a['kind']} {a.get('job_id') or ''}".strip() for a in r["alerts"]))
+
+
+def _print_control(console: Console, r: dict[str, Any]) -> None:
+    """Who could write to the cluster and whose commands the jobs obeyed: one line for the plain
+    demo (the jobs do not check signatures), the roles and the signatures for ``--secure``."""
+    k, c = r.get("kafka") or {}, r.get("control") or {}
+    if not k.get("secure"):
+        console.print("[yellow]Control not verified by the jobs:[/yellow] they apply commands without checking "
+                      "signatures (local demo only; --secure verifies them).", highlight=False)
+        return
+    who = ", ".join(f"{role} {p}" for role, p in k.get("principals", {}).items())
+    keys = ", ".join(f"{role} key {kid}" for role, kid in (c.get("signed_by") or {}).items())
+    verified = (c.get("audit_signatures") or {}).get("command signatures verified", 0)
+    console.print(f"Secure: {k.get('protocol')} ({k.get('mechanism')}), each role its own credentials: {who}.",
+                  highlight=False)
+    console.print(f"Control signed and verified: trusted {keys} ({c.get('trusted_keys')}); "
+                  f"{c.get('jobs_verifying', 0)} job(s) verified every command, applied {c.get('commands_applied', 0)}, "
+                  f"rejected {c.get('commands_rejected', 0)}; the audit verified {verified} command signature(s).",
+                  highlight=False)
 
 
 def _print_verdict(console: Console, r: dict[str, Any]) -> None:

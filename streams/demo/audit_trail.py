@@ -85,7 +85,7 @@ def _export(kafka: KafkaSettings, topics: Any, paths: dict[str, Path], out: dict
     from streams.audit.export import DEFAULT_TOPICS, export
 
     say("exporting the log", "")
-    summary = export(kafka.bootstrap, topics, str(paths["log"]), topics=DEFAULT_TOPICS,
+    summary = export(kafka, topics, str(paths["log"]), topics=DEFAULT_TOPICS,
                      progress=lambda topic, n: say("exporting the log", f"{topic}: {n} records"))
     exp = summary.as_dict()
     out["log"] = {"records": exp["records"], "total": exp["total"], "bytes": exp["bytes"]}
@@ -96,10 +96,10 @@ def _audit(paths: dict[str, Path], out: dict[str, Any], say: Say) -> tuple[Any, 
     the audit's ``as_dict()``."""
     from streams.audit.audit import audit as run_audit, finding_line
     from streams.audit.log import load_archive
-    from streams.signing import load_keyring
+    from streams.signing import load_trusted_keys
 
     say("auditing the log", "")
-    keyring = load_keyring(paths["keys"])
+    keyring = load_trusted_keys(paths["keys"])  # with roles: processor/ and operator/ (secure demo)
     log_ = load_archive(str(paths["log"]))
     rep = run_audit(log_, None, keyring,
                     progress=lambda st, done, total: say("auditing the log", f"{st} {done}/{total}"))
@@ -114,6 +114,8 @@ def _audit(paths: dict[str, Path], out: dict[str, Any], say: Say) -> tuple[Any, 
                     "notes": list(c["notes"][:5]) + [f"{k}: {v}" for k, v in c.get("counts", {}).items()]}
                    for c in d["checks"]],
     })
+    commands = next((c for c in d["checks"] if c["name"] == "commands"), {})
+    out["command_signatures"] = {k: v for k, v in commands.get("counts", {}).items() if "signature" in k}
     return log_, d
 
 

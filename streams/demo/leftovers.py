@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from streams.demo.errors import WorkDirNotEmpty
-from streams.kafka.settings import KafkaSettings
+from streams.demo.roles import DemoKafka
 
 log = logging.getLogger("traintrace.demo")
 
@@ -32,7 +32,7 @@ def make_work_dir(work_dir: Path | None) -> tuple[Path, bool]:
     return work, False
 
 
-def tidy_up(kafka: KafkaSettings | str, work: Path, report: dict[str, Any] | None, *, temporary: bool,
+def tidy_up(kafka: Any, work: Path, report: dict[str, Any] | None, *, temporary: bool,
             keep: bool, interrupted: bool) -> bool:
     """Remove a temporary work directory, and the run's topics with it, unless ``keep`` or the run
     went wrong (its logs are what one looks at then; an interrupted run is removed too). Returns
@@ -48,19 +48,23 @@ def tidy_up(kafka: KafkaSettings | str, work: Path, report: dict[str, Any] | Non
     return kept
 
 
-def delete_run_topics(kafka: KafkaSettings | str, report: dict[str, Any], timeout: float = 30.0) -> int:
+def delete_run_topics(kafka: Any, report: dict[str, Any], timeout: float = 30.0) -> int:
     """Delete the topics and consumer groups of a finished run (its prefix's topics, the
-    workers' internal ``<app_id>-…`` topics): a local broker that runs the demo often does not
-    collect them. Returns the number of topics deleted; best effort (errors are ignored)."""
+    workers' internal ``<app_id>-…`` topics), as admin, and on the secure demo the ACLs granted on
+    them: a local broker that runs the demo often does not collect them. ``kafka``: a
+    :class:`~streams.demo.roles.DemoKafka`, one ``KafkaSettings`` or bootstrap servers. Returns
+    the number of topics deleted; best effort (errors are ignored)."""
     prefix, app_id = report["topics"]["prefix"], report["app_id"]
+    roles = DemoKafka.of(kafka)
     try:
-        admin = KafkaSettings.of(kafka).admin()
+        admin = roles.admin.admin()
         names = [t for t in admin.list_topics(timeout=timeout).topics
                  if t.startswith(prefix) or t.startswith(app_id + "-")]
         if names:
             _settle(admin.delete_topics(names, operation_timeout=timeout))
         # a group that never committed does not exist: its error is ignored too
         _settle(admin.delete_consumer_groups([app_id, f"{app_id}-published"], request_timeout=timeout))
+        roles.revoke(prefix, timeout)  # the secure demo's grants on the run's topics
         return len(names)
     except Exception as exc:
         log.warning("could not delete the demo's topics (%s*): %s", prefix, exc)

@@ -51,6 +51,8 @@ def build_report(run: RunSetup, back: ReadBack, jobs: Any, audit: dict[str, Any]
         "topics": {"prefix": run.prefix, **run.topics.all()},
         "app_id": run.app_id,
         "bootstrap": run.kafka.bootstrap,
+        "kafka": run.kafka.describe(),
+        "control": control_summary(run, jobs.control, audit),
         "notes": list(notes),
     }
     report["offline"] = offline_fold(back.events, back.incidents)
@@ -59,6 +61,22 @@ def build_report(run: RunSetup, back: ReadBack, jobs: Any, audit: dict[str, Any]
     report = json_safe(report)
     (work / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     return report
+
+
+def control_summary(run: RunSetup, clients: dict[str, dict[str, Any]], audit: dict[str, Any]) -> dict[str, Any]:
+    """Who signed ``lineage.control`` and who verified it: the workers sign with the processor key
+    (both demos); the job clients verify against the keyring only in the secure demo."""
+    verifying = [j for j, st in clients.items() if st.get("control_authenticated")]
+    return {
+        "signed_by": {"processor": run.keypair.key_id,
+                      **({"operator": run.operator_keypair.key_id} if run.operator_keypair else {})},
+        "verified_by_clients": bool(clients) and len(verifying) == len(clients),
+        "jobs_verifying": len(verifying),
+        "trusted_keys": str(run.keyring) if run.kafka.secure else None,
+        "commands_applied": sum(st.get("commands_applied") or 0 for st in clients.values()),
+        "commands_rejected": sum(st.get("commands_rejected") or 0 for st in clients.values()),
+        "audit_signatures": audit.get("command_signatures") or {},
+    }
 
 
 def json_safe(x: Any) -> Any:

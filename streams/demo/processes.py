@@ -23,6 +23,8 @@ from streams.demo.state import DemoState
 #: generous waits: a diverged job waits for its command, a sharing action for the peer's
 #: checkpoint; on a loaded machine the referee or a peer may be late by seconds
 JOB_WAITS = {"nan_wait_s": 60.0, "peer_wait_s": 90.0, "halt_wait_s": 60.0}
+#: the job client's stats sent to the parent when it closes (``control`` messages)
+CONTROL_STATS = ("control_authenticated", "commands_seen", "commands_applied", "commands_rejected")
 
 
 class _ReportingClient:
@@ -72,6 +74,14 @@ class _ReportingClient:
         out = self._inner.finished(status, final_checkpoint_id)
         self._put("finished", status=status, checkpoint_id=final_checkpoint_id)
         return out
+
+    def close(self, *a: Any, **kw: Any) -> Any:
+        try:  # what the client did with lineage.control (the secure demo checks it)
+            st = self._inner.stats()
+            self._put("control", **{k: st.get(k) for k in CONTROL_STATS})
+        except Exception:
+            pass
+        return self._inner.close(*a, **kw)
 
 
 class _ReportingFactory:
@@ -159,6 +169,8 @@ class JobRun:
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     crashed: dict[str, dict[str, Any]] = field(default_factory=dict)
     done: set[str] = field(default_factory=set)
+    #: job -> its client's CONTROL_STATS at close
+    control: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def all_done(self) -> bool:
@@ -186,7 +198,9 @@ class JobRun:
 
     def _apply(self, state: DemoState, kind: str, j: str, data: dict[str, Any]) -> None:
         state.job(j).apply(kind, data)
-        if kind == "result":
+        if kind == "control":
+            self.control[j] = data
+        elif kind == "result":
             self.results[j] = data
             self.done.add(j)
         elif kind == "crashed":

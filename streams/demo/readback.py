@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from streams.demo.roles import DemoKafka
 from streams.demo.workers import worker_views
 from streams.kafka.settings import KafkaSettings
 
@@ -84,15 +85,18 @@ def _incidents(workers: list[Any], manifests: list[dict[str, Any]]) -> tuple[lis
     return incidents, incidents_from
 
 
-def read_back(kafka: KafkaSettings, topics: Any, codec: Any, workers: list[Any]) -> ReadBack:
-    """The run's topics and the workers' incidents (see the module doc)."""
+def read_back(kafka: DemoKafka | KafkaSettings | str, topics: Any, codec: Any, workers: list[Any]) -> ReadBack:
+    """The run's topics (read as the auditor) and the plans in force (as the operator reads them
+    with ``traintrace plans``), the workers' incidents (see the module doc)."""
     from streams.operators.plans import effective_plans
 
-    events, undecodable = _decode_events(kafka, topics.events, codec)
-    control = _decode_records(kafka, topics.control, codec)
-    manifests = [r for _n, r in _decode_records(kafka, topics.manifests, codec, "DivergenceManifest")]
-    alerts = [r for _n, r in _decode_records(kafka, topics.alerts, codec, "Alert")]
-    plans = effective_plans(kafka.bootstrap, topics, codec)
+    roles = DemoKafka.of(kafka)
+    auditor = roles.auditor
+    events, undecodable = _decode_events(auditor, topics.events, codec)
+    control = _decode_records(auditor, topics.control, codec)
+    manifests = [r for _n, r in _decode_records(auditor, topics.manifests, codec, "DivergenceManifest")]
+    alerts = [r for _n, r in _decode_records(auditor, topics.alerts, codec, "Alert")]
+    plans = effective_plans(roles.operator, topics, codec)
     incidents, incidents_from = _incidents(workers, manifests)
     return ReadBack(events, undecodable, control, alerts, plans, incidents, incidents_from)
 

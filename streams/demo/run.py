@@ -42,11 +42,11 @@ from streams.demo.follower import Follower
 from streams.demo.outcome import build_report
 from streams.demo.processes import JobRun
 from streams.demo.readback import read_back, write_events
+from streams.demo.roles import DemoKafka
 from streams.demo.run_setup import RunSetup, new_run
 from streams.demo.state import DemoState
 from streams.demo.workers import (launch_workers, stop_workers, wait_group_ready, wait_workers_ready,
                                   worker_views)
-from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import ensure_topics, standard_topics
 from streams.worker.process import wait_quiescent
 
@@ -94,11 +94,14 @@ class _Live:
             self.on_tick(self.state)
 
 
-def run_demo(kafka: KafkaSettings | str, work_dir: str | os.PathLike[str], *, gate: str = "warn",
+def run_demo(kafka: DemoKafka | Any, work_dir: str | os.PathLike[str], *, gate: str = "warn",
              workers: int = 1, partitions: int = 4, steps: int | None = None, live: bool = False,
              on_tick: Callable[[DemoState], None] | None = None, tick_interval: float = 0.25,
              jobs_timeout: float = 150.0, worker_timeout: float = 90.0) -> dict[str, Any]:
     """Run the demo once (see the module doc) and return its report.
+
+    ``kafka``: a :class:`~streams.demo.roles.DemoKafka` (each role's settings: the secure demo),
+    or one ``KafkaSettings`` or bootstrap servers for every client (the plain demo).
 
     ``work_dir`` must be new or empty (the jobs' journals are there: a previous run's would make
     them continue). ``live``: follow the alerts and poll the workers' ``/jobs`` for the live view;
@@ -111,7 +114,7 @@ def run_demo(kafka: KafkaSettings | str, work_dir: str | os.PathLike[str], *, ga
     try:
         _start_pipeline(lv, worker_timeout)
         if live:
-            lv.follower = Follower(run.kafka, run.topics.alerts, lv.workers, lv.codec)
+            lv.follower = Follower(run.kafka.operator, run.topics.alerts, lv.workers, lv.codec)
             lv.follower.start()
         _train(lv, jobs_timeout)
         report = _finish(lv)
@@ -124,15 +127,18 @@ def run_demo(kafka: KafkaSettings | str, work_dir: str | os.PathLike[str], *, ga
 def _start_pipeline(lv: _Live, worker_timeout: float) -> None:
     """The run's topics, its workers, their consumer group settled."""
     run = lv.run
+    if run.kafka.secure:
+        lv.tick("granting the run's topics their ACLs")
+        run.kafka.grant(run.topics, run.app_id)
     lv.tick("creating topics")
-    ensure_topics(run.kafka, standard_topics(run.topics, run.partitions))
+    ensure_topics(run.kafka.processor, standard_topics(run.topics, run.partitions))
     lv.tick(f"starting {run.workers} worker(s)")
     launch_workers(run.kafka, run.prefix, run.app_id, run.work, run.workers, run.partitions,
                    run.keypair.private_path, lv.workers)
     wait_workers_ready(lv.workers, worker_timeout)
     lv.state.workers = [f"http://127.0.0.1:{w.web_port}" for w in lv.workers]
     lv.tick("waiting for the workers to share the partitions")
-    wait_group_ready(run.kafka, run.app_id, lv.workers, run.topics, run.partitions, worker_timeout,
+    wait_group_ready(run.kafka.processor, run.app_id, lv.workers, run.topics, run.partitions, worker_timeout,
                      lv.state.notes)
     lv.phases["setup_s"] = time.monotonic() - run.t0
 
@@ -143,7 +149,9 @@ def _train(lv: _Live, jobs_timeout: float) -> None:
     run = lv.run
     lv.tick("starting the jobs")
     t_jobs = time.monotonic()
-    client_kwargs: dict[str, Any] = {"bootstrap": run.kafka.bootstrap, "topics": run.topics, "gate": run.gate}
+    client_kwargs: dict[str, Any] = {"bootstrap": run.kafka.trainer, "topics": run.topics, "gate": run.gate}
+    if run.kafka.secure:  # the jobs apply only commands signed by a key of the keyring's role
+        client_kwargs["trusted_keys"] = str(run.keyring)
     if run.gate == "refuse":
         client_kwargs["gate_unknown_wait"] = GATE_UNKNOWN_WAIT_S
     lv.jobs = jobs = JobRun(run.job_ids)
@@ -174,7 +182,7 @@ def _finish(lv: _Live) -> dict[str, Any]:
     lv.tick("waiting for the pipeline to settle")
     t_read = time.monotonic()
     try:
-        wait_quiescent(run.kafka.bootstrap, run.app_id, run.topics, timeout=QUIESCENT_TIMEOUT_S, settle=0.5)
+        wait_quiescent(run.kafka.processor, run.app_id, run.topics, timeout=QUIESCENT_TIMEOUT_S, settle=0.5)
     except TimeoutError as exc:
         lv.state.notes.append(str(exc))
     if lv.follower is not None:
@@ -185,7 +193,7 @@ def _finish(lv: _Live) -> dict[str, Any]:
     lv.phases["readback_s"] = time.monotonic() - t_read
     # the audit trail: the topics into an archive, audited with the keyring, drawn
     t_audit = time.monotonic()
-    audit = audit_run(run.kafka, run.topics, run.work, run.keypair.key_id, lv.status)
+    audit = audit_run(run.kafka.auditor, run.topics, run.work, run.keypair.key_id, lv.status)
     lv.phases.update(audit["timing"])
     lv.phases["audit_trail_s"] = time.monotonic() - t_audit
     assert lv.jobs is not None

@@ -69,7 +69,23 @@ def check_story(report: dict[str, Any], exp: dict[str, Any]) -> list[dict[str, A
             f"{len(by_job.get(j, []))} command(s)")
     _check_sharing(add, report, exp)
     _check_records(add, report)
+    if (report.get("kafka") or {}).get("secure"):
+        _check_signed_control(add, report.get("control") or {})
     return checks
+
+
+def _check_signed_control(add: Any, control: dict[str, Any]) -> None:
+    """The secure demo: every job verified its commands against the keyring and rejected none;
+    the audit verified every command signature and rejected none."""
+    sigs = control.get("audit_signatures") or {}
+    verified = sigs.get("command signatures verified", 0)
+    rejected = {k: v for k, v in sigs.items() if k.startswith("command signatures rejected")}
+    add("control signed and verified",
+        control.get("verified_by_clients") and control.get("commands_rejected") == 0 and verified > 0
+        and not rejected,
+        f"{control.get('jobs_verifying', 0)} job(s) verifying, {control.get('commands_applied', 0)} command(s) "
+        f"applied, {control.get('commands_rejected')} rejected; audit: {verified} signature(s) verified"
+        + (f", {rejected}" if rejected else ""))
 
 
 def _check_incident(add: _Add, incidents: list[dict[str, Any]], exp: dict[str, Any]) -> None:

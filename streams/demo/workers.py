@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from streams.demo.errors import DemoError
+from streams.demo.roles import DemoKafka
 from streams.kafka.settings import KafkaSettings
 from streams.worker.process import WorkerProcess
 
@@ -23,14 +24,16 @@ _ASSIGNED_LINE = "Executing _on_partitions_assigned"
 _READY_LINE = "Worker ready"
 
 
-def launch_workers(kafka: KafkaSettings, prefix: str, app_id: str, work: Path, count: int, partitions: int,
+def launch_workers(kafka: DemoKafka, prefix: str, app_id: str, work: Path, count: int, partitions: int,
                    signing_key: Path, started: list[Any]) -> None:
     """Start ``count`` workers (data under ``work/workers/w<n>``), appending each to ``started``
-    as soon as it runs, so that whatever happens next stops it."""
+    as soon as it runs, so that whatever happens next stops it. They run as the processor
+    (``kafka.worker_env()``: its credentials on the secure demo)."""
     for i in range(count):
         w = WorkerProcess(kafka.bootstrap, prefix, app_id, work / "workers" / f"w{i + 1}", partitions,
                           extra_args=["--commit-interval", "0.2", "--loglevel", "info",
-                                      "--signing-key", str(signing_key), "--commitment-interval", "2"])
+                                      "--signing-key", str(signing_key), "--commitment-interval", "2"],
+                          env=kafka.worker_env())
         started.append(w.start())
 
 
