@@ -589,6 +589,27 @@ def load_trusted_keys(source: str | os.PathLike[str]) -> TrustedKeys:
     return TrustedKeys(keys, roles, str(p))
 
 
+TRAINER = "trainer"
+
+
+def issued_job_keys(source: str | os.PathLike[str]) -> frozenset[str]:
+    """The issued job keys (:class:`streams.core.seals.SealPolicy` ``issued_keys``: hex public
+    keys) of a file or a directory — its ``trainer/`` subdirectory when it has one, so a keyring
+    with roles serves as it is. Raises :class:`SigningError` when there is no key at all."""
+    from streams.core.seals import public_key_hex
+
+    p = Path(source)
+    if p.is_dir():
+        files = _keys_in(p / TRAINER) if (p / TRAINER).is_dir() else _keys_in(p)
+    elif p.exists():
+        files = [p]
+    else:
+        raise SigningError(f"job keys {p} do not exist (give a public key file or a directory of them)")
+    if not files:
+        raise SigningError(f"no public key (*.pub, *.pem) in {p / TRAINER if (p / TRAINER).is_dir() else p}")
+    return frozenset(public_key_hex(load_public_key(f)) for f in files)
+
+
 def check_control(name: str, record: Mapping[str, Any], trusted: Mapping[str, Any]) -> SignatureCheck:
     """Verify a control record's signature: by a trusted key (``trusted``: a
     :class:`TrustedKeys`, or a plain ``{key_id: key}`` taken as processor keys) whose role may

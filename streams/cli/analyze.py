@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import json
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
@@ -41,7 +43,8 @@ def _parse_as_of(ctx: click.Context, param: click.Parameter, value: str | None) 
                    "(the live referee's grace period). Default: only list unresolved sources.")
 @core_options
 def analyze(file: str, as_json: bool, skip_invalid: bool, as_of_ms: int | None, grace_seconds: float | None,
-            window: int, spike_factor: float, taint_margin: int) -> None:
+            window: int, spike_factor: float, taint_margin: int, require_sealed_events: bool = False,
+            job_keys: Path | None = None) -> None:
     """Fold the events of FILE (JSON Lines, '-' for stdin) and print incidents, plans, halts.
 
     Uses the same core as the stream processor, so the answer equals what the live pipeline
@@ -52,7 +55,7 @@ def analyze(file: str, as_json: bool, skip_invalid: bool, as_of_ms: int | None, 
     referee had decided (and, for an archive with lineage.control, which commands it had
     issued) at TIME.
     """
-    config = core_config(window, spike_factor, taint_margin)
+    config = core_config(window, spike_factor, taint_margin, require_sealed_events, job_keys)
     if as_of_ms is not None:
         _analyze_as_of(file, as_of_ms, config, skip_invalid, as_json,
                        None if grace_seconds is None else int(grace_seconds * 1000))

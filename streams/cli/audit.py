@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import json
 import os
 import sys
@@ -50,7 +52,8 @@ KEYS_ENV = "TRAINTRACE_TRUSTED_KEYS"
 @topic_prefix_option
 def audit(source: str, as_json: bool, report_path: str | None, trusted_keys: str | None, as_of: str | None,
           show: int, until_time: str | None, until_offsets: str | None, window: int, spike_factor: float,
-          taint_margin: int, bootstrap: str | None, kafka_config: str | None, topic_prefix: str | None) -> None:
+          taint_margin: int, bootstrap: str | None, kafka_config: str | None, topic_prefix: str | None,
+          require_sealed_events: bool = False, job_keys: Path | None = None) -> None:
     """Check a log: hash chains, the processor's input, every command, manifest and commitment.
 
     SOURCE is an archive written by `traintrace export`, a JSON Lines events file, or `kafka`
@@ -70,7 +73,7 @@ def audit(source: str, as_json: bool, report_path: str | None, trusted_keys: str
     elif not os.path.exists(source):
         fail(f"{source}: no such file (give an archive from `traintrace export`, a JSON Lines file, or `kafka`)")
     keys = _keyring(trusted_keys) if trusted_keys else None
-    config = core_config(window, spike_factor, taint_margin)
+    config = core_config(window, spike_factor, taint_margin, require_sealed_events, job_keys)
     log = _load(source, until, kafka, names, as_json)
     if as_of is not None:
         _print_as_of(log, parse_time_or_fail(as_of), config, as_json)

@@ -230,7 +230,16 @@ def operator_errors() -> Iterator[None]:
 
 
 def core_options(f: F) -> F:
-    """The tunables of SPEC §5, shared by every command that folds events."""
+    """The tunables of SPEC §5 and the seal policy (:mod:`streams.core.seals`), shared by every
+    command that folds events: a replay must fold with the processor's own settings."""
+    f = click.option("--job-keys", "job_keys", type=click.Path(exists=True, path_type=Path), default=None,
+                     envvar="TRAINTRACE_JOB_KEYS",
+                     help="Issued job keys: a public key file (PEM) or a directory of them (a keyring's "
+                          "trainer/ subdirectory when it has one). A job may then declare only one of "
+                          "these; its events are dead-lettered otherwise. [env TRAINTRACE_JOB_KEYS]")(f)
+    f = click.option("--require-sealed-events", is_flag=True, envvar="TRAINTRACE_REQUIRE_SEALED_EVENTS",
+                     help="Refuse (dead-letter) every job that declares no key in its JobStarted: only "
+                          "sealed jobs are recorded. [env TRAINTRACE_REQUIRE_SEALED_EVENTS]")(f)
     f = click.option("--taint-margin", type=click.IntRange(min=0), default=0, show_default=True,
                      envvar="TRAINTRACE_TAINT_MARGIN",
                      help="T1 taints checkpoints with step >= onset - margin. [env TRAINTRACE_TAINT_MARGIN]")(f)
@@ -244,11 +253,19 @@ def core_options(f: F) -> F:
     return f
 
 
-def core_config(window: int, spike_factor: float, taint_margin: int) -> "Config":
+def core_config(window: int, spike_factor: float, taint_margin: int, require_sealed_events: bool = False,
+                job_keys: Path | None = None) -> "Config":
     """The :class:`~streams.core.state.Config` of :func:`core_options`."""
+    from streams.core.seals import SealPolicy
     from streams.core.state import Config
+    from streams.signing import SigningError, issued_job_keys
 
-    return Config(window=window, spike_factor=spike_factor, taint_margin=taint_margin)
+    try:
+        issued = issued_job_keys(job_keys) if job_keys is not None else frozenset()
+    except SigningError as exc:
+        fail(f"--job-keys {job_keys}: {exc}")
+    return Config(window=window, spike_factor=spike_factor, taint_margin=taint_margin,
+                  seals=SealPolicy(require_sealed=require_sealed_events, issued_keys=issued))
 
 
 def until_options(f: F) -> F:

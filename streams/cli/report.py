@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import json
 import os
 import re
@@ -76,7 +78,8 @@ def _load_audit(path: str) -> dict[str, Any]:
 @core_options
 def report(source: str, cohort: str | None, out: str, png: str | None, no_png: bool, audit_path: str | None,
            as_json: bool, bootstrap: str | None, kafka_config: str | None, topic_prefix: str | None, window: int,
-           spike_factor: float, taint_margin: int) -> None:
+           spike_factor: float, taint_margin: int, require_sealed_events: bool = False,
+           job_keys: Path | None = None) -> None:
     """Draw the lineage of SOURCE: a JSON Lines events file, an archive (.avro) written by
     `traintrace export`, or `kafka` (the live topics, from the beginning to their current end).
 
@@ -93,7 +96,7 @@ def report(source: str, cohort: str | None, out: str, png: str | None, no_png: b
     Exit 2 when SOURCE cannot be read (missing file, bad line, not an archive, no broker) or the
     cohort is not in the log.
     """
-    config = core_config(window, spike_factor, taint_margin)
+    config = core_config(window, spike_factor, taint_margin, require_sealed_events, job_keys)
     audit = _load_audit(audit_path) if audit_path else None
     with _status(err_console.is_terminal and not as_json) as say:
         if source == "kafka":

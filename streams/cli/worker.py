@@ -11,11 +11,11 @@ import click
 from rich.markup import escape
 
 from streams.cli.common import (
-    bootstrap_option,
     core_config,
     core_options,
     err_console,
     fail,
+    kafka_options,
     kafka_settings,
     topic_prefix_option,
     topics_for,
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@bootstrap_option
+@kafka_options(start_broker=True)
 @topic_prefix_option
 @click.option("--app-id", envvar="TRAINTRACE_APP_ID", default="traintrace", show_default=True,
               help="Faust application id (the consumer group). [env TRAINTRACE_APP_ID]")
@@ -78,9 +78,10 @@ if TYPE_CHECKING:
               help="Run even when those topics would lose records (finite retention, compaction): warn "
                    "instead of refusing. [env TRAINTRACE_ALLOW_FINITE_RETENTION]")
 @core_options
-def worker(bootstrap, topic_prefix, app_id, partitions, data_dir, store, web_port, web_host, grace_seconds, ack_timeout,
+def worker(bootstrap, kafka_config, topic_prefix, app_id, partitions, data_dir, store, web_port, web_host, grace_seconds, ack_timeout,
            commitment_interval, commit_interval, session_timeout, loglevel, signing_key, reset_data_dir,
-           retention_ms, allow_finite_retention, window, spike_factor, taint_margin) -> None:
+           retention_ms, allow_finite_retention, window, spike_factor, taint_margin, require_sealed_events,
+           job_keys) -> None:
     """Run a processor worker: route lineage.events by cohort, fold each cohort through the
     lineage core, publish commands, manifests, alerts and commitments.
 
@@ -92,7 +93,7 @@ def worker(bootstrap, topic_prefix, app_id, partitions, data_dir, store, web_por
     key_note = _key_note(signing_key)  # fail before starting anything when the key is unusable
     if retention_ms == 0:
         fail("--retention-ms 0 would delete the audit trail at once: give milliseconds > 0, or -1 to keep everything")
-    kafka = kafka_settings(bootstrap, start_broker=True)
+    kafka = kafka_settings(bootstrap, kafka_config, start_broker=True)
     topics = topics_for(topic_prefix)
     _prepare_topics(kafka, topics, app_id, partitions, retention_ms, allow_finite_retention)
     from streams.worker.settings import WorkerSettings
@@ -101,11 +102,11 @@ def worker(bootstrap, topic_prefix, app_id, partitions, data_dir, store, web_por
         bootstrap=kafka.bootstrap, topics=topics, app_id=app_id, partitions=partitions,
         data_dir=data_dir or Path(f".traintrace/worker-{web_port}"),
         store=f"{store}://", web_port=web_port, web_host=web_host,
-        core=core_config(window, spike_factor, taint_margin),
+        core=core_config(window, spike_factor, taint_margin, require_sealed_events, job_keys),
         grace_ms=int(grace_seconds * 1000), ack_timeout_ms=int(ack_timeout * 1000),
         commitment_interval_s=commitment_interval, commit_interval_s=commit_interval,
         session_timeout_s=session_timeout, loglevel=loglevel,
-        signing_key=signing_key,
+        signing_key=signing_key, kafka=kafka,
     )
     _prepare_data_dir(settings, reset_data_dir)
     err_console.print(f"traintrace worker: Kafka {kafka.bootstrap}, topics {topics.events} -> {topics.control}, "

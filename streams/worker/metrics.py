@@ -82,17 +82,21 @@ INCIDENTS = Gauge("traintrace_incidents_open", "Root incidents known to this wor
 PLANS = Gauge("traintrace_plans_effective", "Jobs with an effective plan on this worker", registry=REGISTRY)
 COHORTS = Gauge("traintrace_cohorts", "Cohorts whose lineage this worker holds", registry=REGISTRY)
 HALTED = Gauge("traintrace_jobs_halted", "Halted jobs on this worker", registry=REGISTRY)
+HELD = Gauge("traintrace_events_held", "Events of keyed jobs waiting for their job's seal (streams.core.seals)",
+             registry=REGISTRY)
 
 
 def observe_referee(referee) -> None:
-    incidents = plans = halted = 0
+    incidents = plans = halted = held = 0
     for lin in referee.engines.values():
+        held += lin.seals.holding
         incidents += len(lin.incidents)
         plans += len(lin.plans)
         halted += sum(1 for j in lin.state.jobs.values() if j.halt_reasons)
     INCIDENTS.set(incidents)
     PLANS.set(plans)
     HALTED.set(halted)
+    HELD.set(held)
     COHORTS.set(len(referee.engines))
 
 

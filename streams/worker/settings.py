@@ -10,6 +10,7 @@ from pathlib import Path
 
 from streams.kafka.settings import BOOTSTRAP_ENV, KafkaSettings
 from streams.kafka.topics import TopicNames
+from streams.core.seals import SealPolicy
 from streams.core.state import Config
 
 #: where ``WorkerSettings.from_env`` looks when neither KAFKA_BOOTSTRAP_SERVERS is set nor the
@@ -115,7 +116,9 @@ class WorkerSettings:
             web_port=web_port,
             core=Config(window=get("TRAINTRACE_WINDOW", positive(int, 1), 10),
                         spike_factor=get("TRAINTRACE_SPIKE_FACTOR", float, 3.0),
-                        taint_margin=get("TRAINTRACE_TAINT_MARGIN", positive(int, 0), 0)),
+                        taint_margin=get("TRAINTRACE_TAINT_MARGIN", positive(int, 0), 0),
+                        seals=SealPolicy(require_sealed=get("TRAINTRACE_REQUIRE_SEALED_EVENTS", _flag, False),
+                                         issued_keys=get("TRAINTRACE_JOB_KEYS", _job_keys, frozenset()))),
             grace_ms=int(get("TRAINTRACE_GRACE_SECONDS", positive(float, 0), 30.0) * 1000),
             ack_timeout_ms=int(get("TRAINTRACE_ACK_TIMEOUT", positive(float, 0), 300.0) * 1000),
             commitment_interval_s=get("TRAINTRACE_COMMITMENT_INTERVAL", positive(float, 0.1), 10.0),
@@ -124,6 +127,24 @@ class WorkerSettings:
             loglevel=get("TRAINTRACE_LOGLEVEL", choice("crit", "error", "warn", "info", "debug"), "info"),
             signing_key=signing_key,
         )
+
+
+def _flag(raw: str) -> bool:
+    low = raw.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("must be one of 1, true, yes, on, 0, false, no, off")
+
+
+def _job_keys(raw: str) -> frozenset[str]:
+    from streams.signing import SigningError, issued_job_keys
+
+    try:
+        return issued_job_keys(raw)
+    except SigningError as exc:
+        raise ValueError(str(exc)) from exc
 
 
 def _local_bootstrap() -> str | None:
