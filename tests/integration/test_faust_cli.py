@@ -90,13 +90,20 @@ CASES = {
     "window": ("5", lambda s: s.core.window, 5),
     "spike_factor": ("4.5", lambda s: s.core.spike_factor, 4.5),
     "taint_margin": ("2", lambda s: s.core.taint_margin, 2),
+    "require_sealed_events": ("true", lambda s: s.core.seals.require_sealed, True),
     "topic_prefix": ("p.", lambda s: s.topics.events, "p.lineage.events"),
     "bootstrap": ("kafka.example:9092", lambda s: s.bootstrap, "kafka.example:9092"),
 }
 DEFAULTS = {  # what the worker makes of an option's default
     "data_dir": Path(".traintrace/worker-6066"), "store": "rocksdb://", "grace_seconds": 30000,
     "ack_timeout": 300000, "signing_key": None, "topic_prefix": "lineage.events",
+    "require_sealed_events": False,
 }
+#: options the settings take from the environment elsewhere: the Kafka client's (KafkaSettings.from_env
+#: in WorkerSettings: tests/unit/test_kafka_security.py) and the issued job keys (a real key
+#: directory: tests/unit/test_seal_policy_settings.py)
+ELSEWHERE = {"kafka_config", "security_protocol", "sasl_mechanism", "sasl_username", "sasl_password",
+             "ssl_ca", "ssl_cert", "ssl_key", "job_keys"}
 
 
 def test_settings_from_env_match_traintrace_worker(monkeypatch):
@@ -117,7 +124,7 @@ def test_settings_from_env_match_traintrace_worker(monkeypatch):
             m.setenv(options[name].envvar, value)  # the worker's own variable for the option
             assert get(WorkerSettings.from_env()) == expected, name
     # every option that is a setting is covered (the others only act at start-up)
-    assert set(options) - set(CASES) <= {"reset_data_dir", "retention_ms", "allow_finite_retention"}
+    assert set(options) - set(CASES) - ELSEWHERE <= {"reset_data_dir", "retention_ms", "allow_finite_retention"}
 
 
 def test_settings_from_env_name_a_bad_variable(monkeypatch):
