@@ -14,8 +14,16 @@
 commitment and control record is Ed25519-signed. ``--signing compare`` runs 1 and 2 twice, unsigned
 then signed, and prints the cost of signing (the issue 13 goal: <= 5 % of the per-worker rate).
 
+``--seals on`` makes every job a keyed job whose events are sealed as the job client seals them
+(:func:`streams.testing.cohort.seal_events`: ``JobStarted``, ``DivergenceReported``,
+``RolledBack``, ``JobFinished`` at once, otherwise every ``--seal-every``-th event), so the
+workers check seals and hold unsealed events until their seal. ``--seals compare`` measures the
+throughput only, ``--rounds`` times each, alternating plain (hash-chained, not sealed) and sealed
+runs on fresh topics and workers, and prints each pair's ratio and the median (the same goal).
+``--progress-every`` sets the generator's Progress interval (1: long jobs, one Progress a step).
+
 Usage: python bench/bench_pipeline.py [--events 200000] [--workers 1] [--partitions 4]
-                                      [--signing off|on|compare] [--json]
+                                      [--signing off|on|compare] [--seals off|on|compare] [--json]
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ from confluent_kafka import TopicPartition  # noqa: E402
 from streams.kafka.settings import KafkaSettings  # noqa: E402
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics  # noqa: E402
 from streams.codec import Codec  # noqa: E402
-from streams.testing.cohort import generate_cohorts  # noqa: E402
+from streams.testing.cohort import chain_events, generate_cohorts, seal_events  # noqa: E402
 from streams.worker.process import WorkerProcess, produce_events, wait_quiescent  # noqa: E402
 
 CODEC = Codec()
@@ -84,8 +92,14 @@ def throughput(bootstrap: str, args, tmp: Path) -> dict:
     prefix = f"bench{uuid.uuid4().hex[:6]}."
     topics = TopicNames.from_env(prefix)
     ensure_topics(bootstrap, standard_topics(topics, args.partitions))
-    jobs = max(20, args.events // 100)
-    n = produce(bootstrap, topics.events, generate_cohorts(jobs=jobs, cohort_size=20, steps=800, seed=3))
+    per_job = 800 // args.progress_every + 800 // 50 + 4  # about (see generate_cohorts)
+    jobs = max(20, args.events // per_job)
+    events = generate_cohorts(jobs=jobs, cohort_size=20, steps=800, seed=3, progress_every=args.progress_every)
+    if args.seals == "on":
+        events = seal_events(events, every=args.seal_every)
+    elif args.seals == "chain":
+        events = chain_events(events)
+    n = produce(bootstrap, topics.events, events)
     raw = raw_consume_decode(bootstrap, topics.events, n)
     app_id = f"bench-{prefix.rstrip('.')}"
     workers = [WorkerProcess(bootstrap, prefix, app_id, tmp / f"tw{i}", args.partitions,
@@ -212,8 +226,15 @@ def main() -> None:
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--signing", choices=("off", "on", "compare"), default="off",
                     help="workers sign commitments and control records (a throw-away key); compare: both")
+    ap.add_argument("--seals", choices=("off", "on", "compare"), default="off",
+                    help="jobs seal their events (streams.core.seals); compare: alternate plain and sealed runs")
+    ap.add_argument("--seal-every", type=int, default=64, help="a job seals at least every N-th event")
+    ap.add_argument("--rounds", type=int, default=2, help="--seals compare: runs of each kind")
+    ap.add_argument("--progress-every", type=int, default=10, help="steps between Progress events")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if args.seals == "compare":
+        return seals_compare(args)
 
     broker = None
     bootstrap = args.bootstrap
@@ -239,6 +260,45 @@ def main() -> None:
         print(json.dumps(report, indent=2))
         return
     print_report(report, args.signing)
+
+
+def seals_compare(args) -> None:
+    """Throughput of plain (chained) and sealed runs, alternated, on one broker."""
+    broker = None
+    bootstrap = args.bootstrap
+    if bootstrap is None:
+        from streams.kafka.broker import LocalBroker
+
+        broker = LocalBroker(Path(tempfile.mkdtemp(prefix="tt-bench-broker-")))
+        bootstrap = broker.start()
+    rates: dict[str, list[float]] = {"chain": [], "on": []}
+    raw: list[float] = []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for i in range(args.rounds):
+                for kind in ("chain", "on"):
+                    run = argparse.Namespace(**{**vars(args), "seals": kind})
+                    d = Path(tmp) / f"{kind}{i}"
+                    d.mkdir()
+                    r = throughput(bootstrap, run, d)
+                    rates[kind].append(r["fold_per_s_per_worker"])
+                    raw.append(r["raw_consume_decode_per_s"])
+                    print(f"round {i + 1} {'sealed' if kind == 'on' else 'plain '}: "
+                          f"{r['fold_per_s_per_worker']:,.0f} events/s per worker ({r['events']:,} events)",
+                          file=sys.stderr)
+    finally:
+        if broker is not None:
+            broker.stop()
+    ratios = [s / p for p, s in zip(rates["chain"], rates["on"])]
+    report = {"plain_per_worker": rates["chain"], "sealed_per_worker": rates["on"], "pair_ratios": ratios,
+              "median_ratio": statistics.median(ratios), "seal_every": args.seal_every,
+              "progress_every": args.progress_every, "raw_consume_decode_per_s": statistics.median(raw)}
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
+    print(f"sealed / plain events/s per worker: pairs {', '.join(f'x{r:.3f}' for r in ratios)}; "
+          f"median x{report['median_ratio']:.3f} (goal >= x0.95); seal every {args.seal_every}, "
+          f"Progress every {args.progress_every} step(s)")
 
 
 def measure(bootstrap: str, args, tmp: Path, signed: bool) -> dict:

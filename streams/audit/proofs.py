@@ -100,8 +100,11 @@ class CohortLog:
     leaves: list[bytes] = field(default_factory=list)
     #: (job_id, seq) -> leaf index
     index: dict[tuple[str, int], int] = field(default_factory=dict)
-    #: every event folded into the cohort, in order: (event, ts, input record id, accepted)
-    folded: list[tuple[Event, int, tuple[str, int, int], bool]] = field(default_factory=list)
+    #: every event folded into the cohort, in order: (event, ts, input record id, how many events
+    #: its fold appended to the log: 0 or 1, more when its seal released held ones)
+    folded: list[tuple[Event, int, tuple[str, int, int], int]] = field(default_factory=list)
+    #: the input record of each event held for its seal (by ``id``), while it is held
+    via_of: dict[int, Any] = field(default_factory=dict)
     lineage: Lineage | None = None
 
     @property
@@ -180,12 +183,17 @@ def replay_events(items: Iterable[tuple[str, Event, int, Any]], config: Config |
         if c is None:
             c = cohorts[cohort] = CohortLog(cohort, lineage=Lineage(config))
         result = c.lineage.fold(event, ts)
-        c.folded.append((event, ts, via, result.accepted))
-        if result.accepted:
+        # the events this fold appended to the log, in order: those its seal released, then itself
+        # (streams.core.seals); the origin of a released one is the record it came in
+        appended = [*result.released, event] if result.accepted else list(result.released)
+        c.folded.append((event, ts, via, len(appended)))
+        for ev in appended:
             i = len(c.leaves)
-            c.leaves.append(event_leaf(event))
-            c.entries.append(LeafEntry(i, event.job_id, event.seq, event.hash, _origin(via), ts))
-            c.index.setdefault((event.job_id, event.seq), i)
+            c.leaves.append(event_leaf(ev))
+            c.entries.append(LeafEntry(i, ev.job_id, ev.seq, ev.hash, _origin(c.via_of.pop(id(ev), via)), ts))
+            c.index.setdefault((ev.job_id, ev.seq), i)
+        if result.held:
+            c.via_of[id(event)] = via
     for c in cohorts.values():
         # the lineage's own compact range and the kept leaves are one log
         if c.lineage.log.size != c.size or c.lineage.log.root() != merkle.root(c.leaves):
@@ -240,8 +248,8 @@ def _end_of(c: CohortLog, n: int) -> int:
     seen = 0
     for i, (_ev, _t, via, accepted) in enumerate(c.folded):
         if accepted:
-            seen += 1
-            if seen == n:
+            seen += accepted
+            if seen >= n:
                 end = i + 1
                 while end < len(c.folded) and c.folded[end][2] == via and not c.folded[end][3]:
                     end += 1

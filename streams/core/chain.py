@@ -99,17 +99,21 @@ def chain_hash(prev_hash: str | None, event: Event, canonical: bytes | None = No
     return hashlib.sha256(prev + (canonical if canonical is not None else canonical_bytes(event))).hexdigest()
 
 
-def verify_link(event: Event, expected_prev: str | None, canonical: bytes | None = None) -> str | None:
+def verify_link(event: Event, expected_prev: str | None, canonical: bytes | None = None,
+                hash_checked: bool = False) -> str | None:
     """Return None when ``event`` carries a valid link, else the reason.
 
     ``expected_prev`` is the job's previous head (``GENESIS`` for ``seq`` 0); None means the
-    previous event carried no hash, so only the event's own hash is checked.
+    previous event carried no hash, so only the event's own hash is checked. ``hash_checked``:
+    the caller computed the event's hash already; only the link is checked.
     """
     if event.hash is None:
         return None
     prev = event.prev_hash
     if expected_prev is not None and prev != expected_prev:
         return f"prev_hash {prev!r} does not match the previous head {expected_prev!r}"
+    if hash_checked:
+        return None
     try:
         computed = chain_hash(prev, event, canonical)
     except ValueError:

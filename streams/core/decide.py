@@ -23,7 +23,7 @@ from streams.core.commitment import event_leaf
 from streams.core.events import Event
 from streams.core.ids import hash_parts
 from streams.core.merkle import CompactRange
-from streams.core.seals import SealGate
+from streams.core.seals import HELD, SealGate
 from streams.core.project import (
     EXTERNAL,
     RawVerdict,
@@ -137,11 +137,16 @@ class Lineage:
 
     def _fold_gated(self, event: Event, now_ms: int | None, canonical: Any, ref: Any) -> FoldResult:
         adm = self.seals.admit(event, canonical, ref)
+        if adm is HELD:
+            main = FoldResult()
+            main.accepted = False
+            main.held = True
+            return main
         main: FoldResult | None = None
         released: list[Event] = []
         refused = list(adm.refused)
         for h in adm.fold:
-            res = self.state.fold(h.event, now_ms, h.canonical)
+            res = self.state.fold(h.event, now_ms, h.canonical, h.checked)
             if res.accepted:
                 self.log.append(event_leaf(h.event))
             if h.event is event:

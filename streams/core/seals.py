@@ -34,8 +34,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from nacl.exceptions import BadSignatureError, CryptoError
+from nacl.signing import SigningKey, VerifyKey
 
 from streams.core.chain import chain_hash, canonical_with_nulls
 from streams.core.events import Event, JobStarted
@@ -54,27 +54,47 @@ def seal_message(event_hash: str) -> bytes:
     return SEAL_DOMAIN + bytes.fromhex(event_hash)
 
 
-def seal(event_hash: str, private_key: Ed25519PrivateKey) -> str:
-    """The ``signature`` (hex) that seals the event whose ``hash`` is ``event_hash``."""
-    return private_key.sign(seal_message(event_hash)).hex()
+class Sealer:
+    """Seals a job's events with its private key (an ``Ed25519PrivateKey`` of ``cryptography``,
+    as :mod:`streams.signing` loads and saves them, or 32 raw seed bytes), converted once."""
+
+    def __init__(self, private_key: Any) -> None:
+        raw = private_key if isinstance(private_key, bytes) else private_key.private_bytes_raw()
+        self._key = SigningKey(raw)
+        #: the ``public_key`` its job declares in ``JobStarted``
+        self.public_key = self._key.verify_key.encode().hex()
+
+    def seal(self, event_hash: str) -> str:
+        """The ``signature`` (hex) that seals the event whose ``hash`` is ``event_hash``."""
+        return self._key.sign(seal_message(event_hash)).signature.hex()
+
+    def __repr__(self) -> str:
+        return f"Sealer(public_key={self.public_key[:16]}…)"
 
 
-def public_key_hex(key: Ed25519PrivateKey | Ed25519PublicKey) -> str:
-    """The ``public_key`` a ``JobStarted`` declares for ``key``."""
-    pub = key.public_key() if isinstance(key, Ed25519PrivateKey) else key
+def seal(event_hash: str, private_key: Any) -> str:
+    """The ``signature`` (hex) that seals the event whose ``hash`` is ``event_hash`` (one-off: a
+    job sealing many events keeps a :class:`Sealer`)."""
+    return Sealer(private_key).seal(event_hash)
+
+
+def public_key_hex(key: Any) -> str:
+    """The ``public_key`` a ``JobStarted`` declares for ``key`` (a private or public
+    ``cryptography`` Ed25519 key)."""
+    pub = key.public_key() if hasattr(key, "public_key") else key
     return pub.public_bytes_raw().hex()
 
 
-def load_public_key(text: str) -> Ed25519PublicKey | None:
+def load_public_key(text: str) -> VerifyKey | None:
     """The key a ``public_key`` field names, or None when it is not 32 bytes of hex."""
     try:
         raw = bytes.fromhex(text)
-        return Ed25519PublicKey.from_public_bytes(raw) if len(raw) == 32 else None
-    except ValueError:
+        return VerifyKey(raw) if len(raw) == 32 else None
+    except (ValueError, TypeError, CryptoError):
         return None
 
 
-def check_seal(event: Event, key: Ed25519PublicKey, canonical: bytes | None = None) -> str | None:
+def check_seal(event: Event, key: VerifyKey, canonical: bytes | None = None) -> str | None:
     """None when ``event`` is sealed by ``key`` and its hash is its content's; else why not."""
     if event.signature is None:
         return "it carries no seal (signature)"
@@ -87,8 +107,8 @@ def check_seal(event: Event, key: Ed25519PublicKey, canonical: bytes | None = No
     if computed != event.hash:
         return f"its hash {event.hash} is not its content's ({computed})"
     try:
-        key.verify(bytes.fromhex(event.signature), seal_message(event.hash))
-    except (InvalidSignature, ValueError):
+        key.verify(seal_message(event.hash), bytes.fromhex(event.signature))
+    except (BadSignatureError, CryptoError, ValueError, TypeError):
         return "its signature does not verify with the job's key"
     return None
 
@@ -109,6 +129,8 @@ class Held:
     event: Event
     canonical: Any
     ref: Any
+    #: the gate found the event's hash to be its content's (the fold need not compute it again)
+    checked: bool = False
 
 
 @dataclass(slots=True)
@@ -122,6 +144,10 @@ class Admission:
     held: bool = False
 
 
+#: the admission of every held event (read only)
+HELD = Admission(held=True)
+
+
 class SealGate:
     """Held events and loaded keys of the jobs that declared one. ``jobs`` is the fold's job
     table (:attr:`streams.core.state.LineageState.jobs`): a job's key is what its folded
@@ -130,7 +156,7 @@ class SealGate:
     def __init__(self, jobs: dict[str, Any], policy: SealPolicy | None = None) -> None:
         self.jobs = jobs
         self.policy = policy or SealPolicy()
-        self.keys: dict[str, Ed25519PublicKey] = {}
+        self.keys: dict[str, VerifyKey] = {}
         #: job -> seq -> events held at that seq, in arrival order
         self.held: dict[str, dict[int, list[Held]]] = {}
         self.held_count: dict[str, int] = {}  # job -> events held
@@ -195,7 +221,7 @@ class SealGate:
         self.keys[event.job_id] = key
         return Admission([Held(event, canonical, ref)])
 
-    def _past(self, job: Any, key: Ed25519PublicKey, event: Event, canonical: Any, ref: Any) -> Admission:
+    def _past(self, job: Any, key: VerifyKey, event: Event, canonical: Any, ref: Any) -> Admission:
         """An event at a ``seq`` the job's record already holds: a redelivery folds (and is
         dropped as a duplicate); other content is the job's own conflict only if sealed."""
         from streams.core.state import event_digest
@@ -224,13 +250,13 @@ class SealGate:
         self.held.setdefault(event.job_id, {}).setdefault(event.seq, []).append(Held(event, canonical, ref))
         self.held_count[event.job_id] = n + 1
         self.holding += 1
-        return Admission(held=True)
+        return HELD
 
     def _release(self, job: Any, sealed: Event, canonical: Any, ref: Any) -> Admission:
         """Fold the run the seal vouches for, back from ``sealed`` through held events while
         the hashes link; refuse the held events at those ``seq`` that are not on it."""
         held = self.held.get(job.job_id, {})
-        run = [Held(sealed, canonical, ref)]
+        run = [Held(sealed, canonical, ref, True)]
         cur = sealed
         while cur.seq > job.next_seq:
             link = next((h for h in held.get(cur.seq - 1, ()) if h.event.hash == cur.prev_hash
@@ -262,7 +288,7 @@ class SealGate:
     def _refuse(self, event: Event, ref: Any, kind: str, reason: str) -> Admission:
         return Admission(refused=[(ref, event, kind, reason)])
 
-    def _key(self, job: Any) -> Ed25519PublicKey:
+    def _key(self, job: Any) -> VerifyKey:
         key = self.keys.get(job.job_id)
         if key is None:  # pinned by a JobStarted folded before this gate existed (a restored state)
             key = self.keys[job.job_id] = load_public_key(job.public_key)
@@ -282,10 +308,15 @@ def _digest_at(job: Any, seq: int) -> int:
 
 
 def _hash_ok(h: Held) -> bool:
+    """The held event's hash is its content's (a forger may copy a genuine hash onto other
+    content). Keeps the canonical bytes it computes for the fold."""
+    if h.canonical is None:
+        h.canonical = canonical_with_nulls(h.event)
     try:
-        return chain_hash(h.event.prev_hash, h.event, h.canonical[0] if h.canonical else None) == h.event.hash
+        h.checked = chain_hash(h.event.prev_hash, h.event, h.canonical[0]) == h.event.hash
     except ValueError:
         return False
+    return h.checked
 
 
 def _same(a: Held, b: Held) -> bool:

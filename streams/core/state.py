@@ -312,11 +312,12 @@ class LineageState:
     # ------------------------------------------------------------------ fold
 
     def fold(self, event: Event, now_ms: int | None = None,
-             canonical: tuple[bytes, tuple[int, ...]] | None = None) -> FoldResult:
+             canonical: tuple[bytes, tuple[int, ...]] | None = None, hash_checked: bool = False) -> FoldResult:
         """Apply one validated event. Identical redeliveries are dropped silently.
 
         ``canonical`` is ``chain.canonical_with_nulls(event)`` when the caller has it already
-        (an audit computes it to check the chain)."""
+        (an audit computes it to check the chain); ``hash_checked``: the caller found the event's
+        hash to be its content's (the seal gate), so only its link is checked here."""
         result = FoldResult()
         job = self.jobs.get(event.job_id)
         if job is None:
@@ -358,7 +359,7 @@ class LineageState:
         # hash chain (SPEC §9), only where the event carries one
         if event.hash is not None:
             expected = GENESIS if seq == 0 else job.head_hash
-            problem = verify_link(event, expected, canonical[0])
+            problem = verify_link(event, expected, canonical[0], hash_checked)
             if problem:
                 self._halt(job, "CHAIN_BROKEN", f"seq {seq}: {problem}", result)
         job.head_hash = event.hash

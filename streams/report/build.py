@@ -99,6 +99,8 @@ def _fold(log: AuditLog, codec: Codec, lineage: CohortLineage,
         cohort = lineage.router.mapping.get(ev.job_id, UNREGISTERED_COHORT)
         s = side.setdefault(cohort, _Side())
         s.events += 1
+        for folded in result.released:  # held for their seal, folded now (streams.core.seals)
+            s.note(folded)
         if result.accepted:
             s.note(ev)
     return side, events, undecodable

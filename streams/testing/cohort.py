@@ -186,3 +186,39 @@ def chain_events(events: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         d["hash"] = chain_hash(d["prev_hash"], parse_event(d))
         heads[d["job_id"]] = d["hash"]
         yield d
+
+
+#: the event types a job client seals at once (streams.client.job); others by count
+SEALED_AT_ONCE = frozenset({"JobStarted", "DivergenceReported", "RolledBack", "JobFinished"})
+
+
+def seal_events(events: Iterable[dict[str, Any]], every: int = 64, seed: int = 0) -> Iterator[dict[str, Any]]:
+    """The event dicts chained (:func:`chain_events`) and sealed as a job client seals them
+    (:mod:`streams.core.seals`): each job gets its own key (derived from ``seed`` and its id, so
+    a run is reproducible), declared in its ``JobStarted``; the types of
+    :data:`SEALED_AT_ONCE` are sealed, and otherwise every ``every``-th event of the job."""
+    from streams.core.chain import GENESIS, chain_hash
+    from streams.core.events import parse_event
+    from streams.core.seals import Sealer
+
+    keys: dict[str, Sealer] = {}
+    state: dict[str, tuple[str, int]] = {}  # job -> (head hash, events since the last seal)
+    for d in events:
+        d = dict(d)
+        job = d["job_id"]
+        key = keys.get(job)
+        if key is None:
+            key = keys[job] = Sealer(hashlib.sha256(f"{seed}\x00{job}".encode()).digest())
+        head, since = state.get(job, (GENESIS, 0))
+        d.pop("hash", None)
+        d.pop("signature", None)
+        if d["type"] == "JobStarted":
+            d["public_key"] = key.public_key
+        d["prev_hash"] = head
+        d["hash"] = chain_hash(head, parse_event(d))
+        since += 1
+        if d["type"] in SEALED_AT_ONCE or since >= every:
+            d["signature"] = key.seal(d["hash"])
+            since = 0
+        state[job] = (d["hash"], since)
+        yield d

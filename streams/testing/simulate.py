@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from streams.files.archive import LogRecord
+from streams.referee.input import fold_batch
 from streams.referee.referee import Referee
 from streams.worker.router import RawRecord, Router
 from streams.codec import Codec
-from streams.core.events import parse_event
 from streams.audit.log import AuditLog, load
 
 T0 = 1_760_000_000_000
@@ -61,17 +61,16 @@ def simulate_pipeline(source: str | AuditLog, signer: Callable[[dict[str, Any]],
         ts = T0 + 1000 * i
         offset = counters.get("input", 0)
         put("input", cohort, ts, codec.encode_record("EventBatch", {"cohort_id": cohort, "events": events}))
-        for r in events:
-            handled = referee.handle(cohort, parse_event(codec.decode_event(r["value"])), ts, partition=0)
-            publish(handled.emissions, ts)
-            if not handled.result.accepted and not handled.result.duplicate:  # as the worker does
-                reason = "; ".join(f"{k}: {d}" for k, d in handled.result.guard) or "rejected by the fold"
+        def dead_letter(r: dict[str, Any] | None, reason: str, kind: str, ts: int = ts) -> None:
+            if r is not None:  # as the worker does: the routed event's position on lineage.events
                 put("dlq", None, ts, codec.encode_record("DeadLetter", {
                     "original_topic": "lineage.events", "original_partition": r["partition"],
                     "original_offset": r["offset"], "original_key": None, "original_value": r["value"],
-                    "reason": reason, "error_kind": handled.result.guard[0][0] if handled.result.guard else "REJECTED",
-                    "ts": ts}))
-        referee.note_input(cohort, 0, offset)
+                    "reason": reason, "error_kind": kind, "ts": ts}))
+
+        value = codec.encode_record("EventBatch", {"cohort_id": cohort, "events": events})
+        _n, emissions = fold_batch(codec, referee, value, 0, offset, ts, True, dead_letter)
+        publish(emissions, ts)
         if grace_ms is not None:  # the worker's timer: a due grace period becomes a tick record
             now = ts + 400
             publish(referee.tick(now), now)

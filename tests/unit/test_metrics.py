@@ -36,6 +36,7 @@ EXPECTED = {
     "traintrace_plans_effective": "gauge",
     "traintrace_cohorts": "gauge",
     "traintrace_jobs_halted": "gauge",
+    "traintrace_events_held": "gauge",
     HISTOGRAM: "histogram",
 }
 
