@@ -25,7 +25,18 @@ signatures are verified only when a control record arrives (in ``poll``, once pe
 that cost is measured apart: ``verify_us``, one ``check_control`` of a signed RollbackCommand, and
 the same as a share of one bare step (a command arrives once per incident, not per step).
 
+Sealed events (issue 13): a client with a journal directory seals its events by default
+(:mod:`streams.client.sealing`: every event but ``Progress``, and a ``Progress`` every 32 events
+or 200 ms; a seal record when idle), so the loops above are sealed clients. The sealing cost is
+measured apart, on two more clients alike but for ``job_key=False`` on one: ``--seal-blocks``
+blocks of ``--seal-block`` steps (step + ``progress()`` + ``poll(0)``), alternating which client
+goes first, so both see the machine alike and each sees a training cadence (a Progress per step,
+not one per four steps as in the interleaved loops). Reported: the ms inside the client per step
+of each, their ratio, the difference as a share of the unsealed overhead, the share of events
+sealed, and one ``seal()`` in µs.
+
 Usage: python bench/bench_client.py [--steps 30] [--step-ms 75] [--ckpt-mb 100] [--events 5000]
+                                    [--seal-blocks 6] [--seal-block 10]
                                     [--matmul-n N] [--bootstrap HOST:PORT] [--json]
 """
 
@@ -147,6 +158,71 @@ def verify_cost(ring, key, n: int = 2000) -> float:
     return (time.perf_counter() - t) / n * 1e6
 
 
+def seal_cost(n: int = 2000) -> float:
+    """µs per seal() of an event hash (what a sealed event adds to progress())."""
+    from streams.core.seals import seal
+    from streams.signing import generate_key
+
+    key = generate_key()
+    h = "ab" * 32
+    t = time.perf_counter()
+    for _ in range(n):
+        seal(h, key)
+    return (time.perf_counter() - t) / n * 1e6
+
+
+def seal_comparison(step, bootstrap: str, topics: TopicNames, tmpd: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Per-step overhead of a sealed client against an unsealed one (module doc)."""
+    plain = JobClient("bench-job-unsealed", "bench", "numpy", journal_dir=tmpd / "journal-unsealed",
+                      bootstrap=bootstrap, topics=topics, job_key=False)
+    sealed = JobClient("bench-job-sealed", "bench", "numpy", journal_dir=tmpd / "journal-sealed",
+                       bootstrap=bootstrap, topics=topics)
+    inside: dict[str, list[float]] = {"unsealed": [], "sealed": []}
+    wall: dict[str, list[float]] = {"unsealed": [], "sealed": []}
+    try:
+        plain.start()
+        sealed.start()
+        order = (("unsealed", plain), ("sealed", sealed))
+        for b in range(args.seal_blocks):
+            for name, c in (order if b % 2 == 0 else order[::-1]):
+                wall[name] += loop(step, args.seal_block, c, None, "s", 30_000 + b * args.seal_block, inside[name])
+        st = sealed.stats()
+        events = sealed.next_seq
+        calls = progress_calls(order, args.seal_blocks)
+        left = plain.flush(120) + sealed.flush(120)
+    finally:
+        plain.close(30)
+        sealed.close(30)
+    u, s = statistics.fmean(inside["unsealed"]), statistics.fmean(inside["sealed"])
+    return {
+        "blocks": args.seal_blocks, "steps_per_block": args.seal_block,
+        "client_ms_per_step": {k: summary(v) for k, v in inside.items()},
+        "wall_ms_per_step": {k: summary(v) for k, v in wall.items()},
+        "ratio_mean": round(s / u, 3),
+        "ratio_median": round(statistics.median(inside["sealed"]) / statistics.median(inside["unsealed"]), 3),
+        "added_ms_per_step": round(s - u, 4),
+        "added_share_of_unsealed": round((s - u) / u, 4),
+        "events": events, "events_sealed": st["events_sealed"], "seal_records": st["seal_records"],
+        # back to back (no step between): µs per progress() call, the median of the blocks' means
+        "progress_call_us": {k: round(statistics.median(v), 1) for k, v in calls.items()},
+        "progress_call_ratio": round(statistics.median(calls["sealed"]) / statistics.median(calls["unsealed"]), 3),
+        "seal_us": round(seal_cost(), 1),
+        "unacknowledged_after_flush": left,
+    }
+
+
+def progress_calls(order, blocks: int, n: int = 200) -> dict[str, list[float]]:
+    """µs per ``progress()`` call, back to back, per block of ``n`` calls, alternating clients."""
+    out: dict[str, list[float]] = {name: [] for name, _c in order}
+    for b in range(blocks):
+        for name, c in (order if b % 2 == 0 else order[::-1]):
+            t = time.perf_counter()
+            for i in range(n):
+                c.progress(50_000 + b * n + i, 0, 1.0, grad_norm=1.0, lr=1e-4)
+            out[name].append((time.perf_counter() - t) / n * 1e6)
+    return out
+
+
 def summary(times: list[float]) -> dict[str, float]:
     return {"mean_ms": round(statistics.fmean(times), 2), "median_ms": round(statistics.median(times), 2),
             "p90_ms": round(sorted(times)[int(0.9 * (len(times) - 1))], 2)}
@@ -204,6 +280,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             client.close(30)
             trusted.close(30)
+        sealing = seal_comparison(step, broker.bootstrap, topics, tmpd, args)
     verify_us = verify_cost(ring, key)
 
     b = summary(bare)
@@ -244,6 +321,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "events_emitted": events,
         "events_unacknowledged_after_flush": left,
         "journal_fsync": True,
+        "sealing": sealing,
     }
 
 
@@ -268,6 +346,18 @@ def print_table(r: dict[str, Any]) -> None:
           f"({100 * r['verify_share_of_bare_step']:.3f}% of a bare step)")
     print(f"hashing {r['checkpoint_mb']} MB: {r['hash_ms']:.1f} ms ({r['hash_mb_per_s']:.0f} MB/s, page cache)")
     print(f"events: {r['events_emitted']}, unacknowledged after flush: {r['events_unacknowledged_after_flush']}")
+    s = r["sealing"]
+    u, z = s["client_ms_per_step"]["unsealed"], s["client_ms_per_step"]["sealed"]
+    print(f"sealing ({s['blocks']} alternating blocks of {s['steps_per_block']} steps each): inside the client "
+          f"per step, unsealed mean {u['mean_ms']:.3f} ms (median {u['median_ms']:.3f}), sealed mean "
+          f"{z['mean_ms']:.3f} ms (median {z['median_ms']:.3f}); ratio sealed/unsealed {s['ratio_mean']:.3f} "
+          f"(medians {s['ratio_median']:.3f}), {1000 * s['added_ms_per_step']:+.1f} µs per step "
+          f"({100 * s['added_share_of_unsealed']:+.1f}%)")
+    c = s["progress_call_us"]
+    print(f"  progress() back to back: unsealed {c['unsealed']:.1f} µs, sealed {c['sealed']:.1f} µs per call "
+          f"(ratio {s['progress_call_ratio']:.3f})")
+    print(f"  in the step loop: sealed events {s['events_sealed']} of {s['events']}, seal records {s['seal_records']}; "
+          f"one seal(): {s['seal_us']:.1f} µs; unacknowledged after flush {s['unacknowledged_after_flush']}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -277,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ckpt-mb", type=int, default=100)
     ap.add_argument("--matmul-n", type=int, help="fix the matrix size instead of calibrating")
     ap.add_argument("--events", type=int, default=5000)
+    ap.add_argument("--seal-blocks", type=int, default=6, help="alternating blocks, sealed vs unsealed client")
+    ap.add_argument("--seal-block", type=int, default=10, help="steps per block")
     ap.add_argument("--bootstrap")
     ap.add_argument("--json", action="store_true", help="print the result as JSON only")
     args = ap.parse_args(argv)

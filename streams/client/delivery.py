@@ -30,6 +30,10 @@
   <streams.kafka.settings.KafkaSettings.refusal>` (principal, resource, operation); the events
   stay unacknowledged (in the journal) and are still sent again, so fixing the ACL or the
   credentials while the job runs lets it go on (a delivery clears the refusal).
+- Seal records (:mod:`streams.client.sealing`: the head event again, now signed) are kept apart
+  from the events (:meth:`send_seal`, by the seq they re-send): they do not count as pending
+  events nor move the acknowledged position, but :meth:`flush` waits for them and a resend sends
+  each right after its event, so the order on the topic is kept.
 """
 
 from __future__ import annotations
@@ -73,6 +77,7 @@ class Delivery:
         self._cond = threading.Condition()
         self._unacked: dict[int, bytes] = {}   # seq -> bytes, until delivered
         self._headers: dict[int, list] = {}    # seq -> its Kafka headers (when it has any)
+        self._seals: dict[int, tuple[bytes, list | None]] = {}  # seq -> seal record, until delivered
         self._resend = False                   # a delivery failed: resend everything unacked
         self._resend_at = 0.0
         self._fatal = False
@@ -92,6 +97,10 @@ class Delivery:
         self._thread.start()
 
     # -- the caller's side ------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def pending(self) -> int:
         with self._cond:
@@ -137,6 +146,17 @@ class Delivery:
             if not self._resend:
                 self._produce(seq, value)
 
+    def send_seal(self, seq: int, value: bytes, headers: list | None = None) -> None:
+        """Hand a seal record of the event ``seq`` to the producer (module doc)."""
+        with self._cond:
+            self._seals[seq] = (value, headers)
+            if not self._resend:
+                self._produce_seal(seq)
+
+    def seals_pending(self) -> int:
+        with self._cond:
+            return len(self._seals)
+
     def flush(self, timeout: float = 30.0) -> int:
         """Wait until every event is acknowledged, at most ``timeout`` s; the number still pending.
         Raises :class:`ClientError` as soon as the cluster refuses this client (module doc)."""
@@ -145,7 +165,7 @@ class Delivery:
     def _flush(self, timeout: float, fail_fast: bool) -> int:
         deadline = time.monotonic() + timeout
         with self._cond:
-            while self._unacked:
+            while self._unacked or self._seals:
                 if fail_fast:
                     self.check_refused()
                 left = deadline - time.monotonic()
@@ -166,14 +186,19 @@ class Delivery:
     # -- the producer ---------------------------------------------------------------------------
 
     def _produce(self, seq: int, value: bytes) -> None:
-        """Produce under self._cond (so sends and resends never interleave)."""
-        headers = self._headers.get(seq)
+        """Produce an event under self._cond (so sends and resends never interleave)."""
+        self._produce_value(value, self._headers.get(seq),
+                            lambda err, msg, seq=seq: self._on_delivery(seq, err))
+
+    def _produce_seal(self, seq: int) -> None:
+        value, headers = self._seals[seq]
+        self._produce_value(value, headers, lambda err, msg, seq=seq, value=value: self._on_seal(seq, value, err))
+
+    def _produce_value(self, value: bytes, headers: list | None, on_delivery: Callable) -> None:
         extra = {"headers": headers} if headers else {}
         while True:
             try:
-                self._producer.produce(self.topic, key=self.key, value=value,
-                                       on_delivery=lambda err, msg, seq=seq: self._on_delivery(seq, err),
-                                       **extra)
+                self._producer.produce(self.topic, key=self.key, value=value, on_delivery=on_delivery, **extra)
                 return
             except BufferError:  # librdkafka's queue is full (it is sized above buffer_max)
                 self._cond.release()
@@ -200,6 +225,16 @@ class Delivery:
                 self._fail(f"delivery of seq {seq} failed: {err.str()}", fatal=err.fatal())
         if err is None and self.on_ack is not None:
             self.on_ack(seq)
+
+    def _on_seal(self, seq: int, value: bytes, err: KafkaError | None) -> None:
+        with self._cond:
+            if err is None:
+                if self._seals.get(seq, (None,))[0] == value:
+                    del self._seals[seq]
+                self._cond.notify_all()
+            else:
+                self._refusal(err, "WRITE")
+                self._fail(f"delivery of the seal record of seq {seq} failed: {err.str()}", fatal=err.fatal())
 
     def _fail(self, reason: str, fatal: bool) -> None:
         self.failures += 1
@@ -265,7 +300,10 @@ class Delivery:
             self._fatal = False
         self._resend = False
         self.resends += 1
-        for seq in sorted(self._unacked):
-            self._produce(seq, self._unacked[seq])
+        for seq in sorted(set(self._unacked) | set(self._seals)):
+            if seq in self._unacked:
+                self._produce(seq, self._unacked[seq])
+            if seq in self._seals and not self._resend:
+                self._produce_seal(seq)
             if self._resend:  # failed again while resending: start over later
                 break

@@ -60,6 +60,21 @@ What it guarantees:
   ``on_rejected(cmd, reason)``. (The job's principal writes only ``lineage.events``, so it
   raises no ``Alert`` record itself.) Without a keyring every command is obeyed, as in the local
   demo, and the client warns once, loudly, that control is unauthenticated.
+- **Sealed events** (:mod:`streams.client.sealing`, SPEC revision 3): only the job can extend
+  its record. The job has an Ed25519 key (``job_key``: a key, a PEM path, or
+  ``$TRAINTRACE_JOB_KEY``; by default one generated on the first start and kept in
+  ``journal_dir`` as ``traintrace-job-key.pem``, mode 0600, so a restarted process goes on with
+  it; ``job_key=False``: an unsealed, legacy job). ``JobStarted`` declares its public key and is
+  sealed; then every event but ``Progress`` is sealed (``signature`` over its ``hash``), and a
+  ``Progress`` once ``seal_every`` (64) events went unsealed or ``seal_ms`` (1000 ms) passed since
+  the oldest of them — one seal vouches for every earlier event, since each hash covers the one
+  before, and the processor holds an unsealed event of a keyed job until a seal covers it. When
+  the job goes quiet with unsealed events (nothing emitted for ``seal_ms``) a background timer
+  sends a *seal record* — the head event again, the same content, signed — as do
+  :meth:`flush`, :meth:`close` and a restart whose head was left unsealed. A job that declared a
+  key must go on with it: a restart without it (the key file gone, another key, ``job_key=False``)
+  raises :class:`ClientError`. The key is never logged; ``stats()`` counts ``events_sealed`` and
+  ``seal_records``.
 - **The load-time gate** (:meth:`consumed`): with ``worker_url``, the checkpoint's status is
   asked before loading; ``tainted`` or ``unknown`` (or no answer) raise :class:`GateRefused` with
   ``gate="refuse"`` (log only with ``"warn"``). An ``EVAL_ONLY`` read of a tainted checkpoint is
@@ -88,12 +103,14 @@ from streams.client.gate import checkpoint_status
 from streams.client.hashing import hash_path
 from streams.client.journal import Journal, WalEntry
 from streams.client.restored import Restored
+from streams.client.sealing import SEAL_EVERY, SEAL_MS, SealPolicy, resolve_job_key, sealed_dict
 from streams.codec import Codec, EncodeError
 from streams.control.commands import ControlCommand
 from streams.control.decide import ACTIONS, HALT, QUARANTINE, RELEASE, ROLLBACK, JobView, decide
 from streams.core.chain import GENESIS, chain_hash
 from streams.core.errors import InvalidEvent
 from streams.core.events import CONSUMPTION_MODES, FINISH_STATUSES, Event, parse_event
+from streams.core.seals import Sealer, public_key_hex
 from streams.files.atomic import atomic_write
 from streams.kafka.errors import KafkaAdapterError
 from streams.kafka.settings import KafkaSettings
@@ -176,6 +193,12 @@ class JobClient:
     :param trusted_keys: the keyring control records must be signed by (a directory, a file, or
         a loaded :class:`~streams.signing.TrustedKeys`; default ``$TRAINTRACE_TRUSTED_KEYS``);
         ``on_rejected(cmd, reason)`` is called for each command refused for its signature.
+    :param job_key: the job's sealing key (module doc, "Sealed events"): an
+        ``Ed25519PrivateKey``, a path to a PEM private key, ``True`` (the key kept in
+        ``journal_dir``, generated on the first start), ``False`` (no sealing), or None (default:
+        the path in ``$TRAINTRACE_JOB_KEY``, else as ``True``). Since every client has a
+        ``journal_dir``, every client seals unless ``job_key=False`` (or the job started unsealed).
+    :param seal_every, seal_ms: the seal policy (:class:`~streams.client.sealing.SealPolicy`).
     """
 
     def __init__(
@@ -203,6 +226,9 @@ class JobClient:
         follow_control: bool = True,
         trusted_keys: Any = None,
         on_rejected: RejectedCallback | None = None,
+        job_key: Any = None,
+        seal_every: int = SEAL_EVERY,
+        seal_ms: float = SEAL_MS,
     ) -> None:
         _check_arguments(job_id, cohort_id, base_model, gate, buffer_max)
         self.trusted_keys = _trusted_keys(trusted_keys, follow_control)
@@ -238,6 +264,15 @@ class JobClient:
         self.commands_rejected = 0
         #: the commands refused for their signature, with why (the last MAX_REJECTED_KEPT)
         self.rejected_commands: list[tuple[ControlCommand, str]] = []
+        self._job_key_arg = job_key
+        self._key: Any = None          # the job's Ed25519PrivateKey, or None (unsealed job)
+        self._seals: Sealer | None = None  # seals with it (the key converted once)
+        self._seal_policy = SealPolicy(seal_every, float(seal_ms))
+        self._head_data: dict[str, Any] | None = None  # the head event's Avro dict (for a seal record)
+        self._sealer: threading.Thread | None = None
+        self._sealer_stop = threading.Event()
+        self.events_sealed = 0
+        self.seal_records = 0
         self._open(fsync, producer_overrides, follow_control)
 
     def _open(self, fsync: bool, producer_overrides: Mapping[str, Any] | None, follow_control: bool) -> None:
@@ -246,9 +281,17 @@ class JobClient:
         self._journal = Journal(self.journal_dir, self.job_id, self.cohort_id, self.base_model, fsync=fsync)
         delivery: Delivery | None = None
         try:
+            st = self._journal.state
+            self._key = resolve_job_key(self._job_key_arg, self.journal_dir, st.public_key, st.started)
+            self._seals = Sealer(self._key) if self._key is not None else None
             self._delivery = delivery = Delivery(self.kafka, self.topics.events, self.job_id,
                                                  buffer_max=self.buffer_max, overrides=producer_overrides)
             self._resend_unacked()
+            self._seal_restarted_head()
+            if self._key is not None:
+                self._sealer = threading.Thread(target=self._seal_loop, name=f"traintrace-sealer-{self.job_id}",
+                                                daemon=True)
+                self._sealer.start()
             if follow_control:
                 st = self._journal.state
                 positions = st.control_positions if st.control_topic == self.topics.control else {}
@@ -256,6 +299,7 @@ class JobClient:
                                                self._queue, self.codec)
                 self._fetcher.start()
         except BaseException:
+            self._sealer_stop.set()
             if delivery is not None:
                 delivery.close(0)
             self._journal.close()
@@ -290,6 +334,11 @@ class JobClient:
     def head_hash(self) -> str | None:
         """The hash of the last event emitted (the chain head; None before the first)."""
         return self._journal.state.head_hash
+
+    @property
+    def public_key(self) -> str | None:
+        """The public key (hex) the job's events are sealed with; None for an unsealed job."""
+        return public_key_hex(self._key) if self._key is not None else None
 
     @property
     def halted(self) -> bool:
@@ -342,6 +391,9 @@ class JobClient:
             "commands_rejected": self.commands_rejected,
             "control_authenticated": self.trusted_keys is not None,
             "halted": self.halted,
+            "sealed": self._key is not None,
+            "events_sealed": self.events_sealed,
+            "seal_records": self.seal_records,
         }
 
     # -- events ----------------------------------------------------------------------------------
@@ -358,7 +410,7 @@ class JobClient:
                 self._gate_check(base_checkpoint_id, "INIT")
             return self._emit("JobStarted", {"cohort_id": self.cohort_id, "base_model": self.base_model,
                                              "base_checkpoint_id": base_checkpoint_id,
-                                             "config_hash": config_hash})
+                                             "config_hash": config_hash, "public_key": self.public_key})
 
     def progress(self, step: int, epoch: int, loss: float, grad_norm: float | None = None,
                  lr: float | None = None) -> Event:
@@ -462,17 +514,73 @@ class JobClient:
             # the checked dict itself is encoded, with its hash: parse_event changed nothing in
             # it but ints given for doubles, which Avro writes the same
             data["hash"] = ev.hash
+            now = time.monotonic() * 1000
+            sealed = self._key is not None and self._seal_policy.wants_seal(etype, now)
+            if sealed:
+                data["signature"] = self._seals.seal(ev.hash)
+                ev = replace(ev, signature=data["signature"])
             try:
                 value = self.codec.encode_event(data)
             except EncodeError as exc:
                 raise ClientError(f"{etype}: field {exc.field!r}: {exc.message}") from exc
             entry = WalEntry(seq, inc, ev.hash, ts, etype, value,
-                             fields.get("command_id") if etype == "RolledBack" else None)
+                             fields.get("command_id") if etype == "RolledBack" else None,
+                             sealed=sealed, public_key=fields.get("public_key") if etype == "JobStarted" else None)
             self._journal.append(entry)        # durable before the producer sees it
             self._entries[seq] = entry
             self._delivery.send(seq, value, self.codec.headers.event(etype))
+            if self._key is not None:
+                self._seal_policy.emitted(sealed, now)
+                self._head_data = data
+                self.events_sealed += sealed
             self._maybe_compact()
             return ev
+
+    # -- seals -----------------------------------------------------------------------------------
+
+    def _seal_head(self, why: str) -> bool:
+        """Under the lock: send a seal record of the head event (module doc); False when there
+        is no head content to seal (nothing emitted, or a journal without its head entry)."""
+        data = self._head_data
+        if data is None:
+            head = self._journal.head_entry
+            if head is None:
+                log.warning("traintrace client %s: the head event (seq %d) is not in the journal, so it "
+                            "cannot be sealed again; the job's next sealed event vouches for it", self.job_id,
+                            self.seq)
+                return False
+            data = self.codec.decode_event(head.value)
+        value = self.codec.encode_event(sealed_dict(data, self._seals))
+        self._delivery.send_seal(data["seq"], value, self._event_headers(data["type"]))
+        self._seal_policy.head_sealed()
+        self.seal_records += 1
+        log.debug("traintrace client %s: seal record of seq %d (%s)", self.job_id, data["seq"], why)
+        return True
+
+    def _seal_restarted_head(self) -> None:
+        """A restart whose head event was never sealed seals it now: the events before it may be
+        held by the processor, waiting for a seal that the last process did not send."""
+        head = self._journal.head_entry
+        if self._key is not None and self._journal.state.started and not (head is not None and head.sealed):
+            self._seal_head("restart")
+
+    def _seal_pending(self, why: str) -> None:
+        """Under the lock: seal the head if events wait unsealed (flush, close)."""
+        if self._key is not None and self._seal_policy.unsealed > 0 and not self._closed:
+            self._seal_head(why)
+
+    def _seal_loop(self) -> None:
+        """The timer: a seal record when the job went idle with unsealed events."""
+        tick = max(0.005, self._seal_policy.ms / 4000)
+        while not self._sealer_stop.wait(tick):
+            try:
+                with self._lock:
+                    if self._closed or self._delivery.closed:  # closed, or a test's simulated crash
+                        return
+                    if self._seal_policy.idle_due(time.monotonic() * 1000):
+                        self._seal_head("idle")
+            except Exception:  # never let the timer die silently; the next seal covers the run
+                log.exception("traintrace client %s: sealing the head failed", self.job_id)
 
     def _event_headers(self, etype: str) -> list | None:
         """The Kafka headers of an event of type ``etype`` (None for a type this codec does not
@@ -670,7 +778,10 @@ class JobClient:
     # -- flushing and closing --------------------------------------------------------------------
 
     def flush(self, timeout: float = 30.0) -> int:
-        """Wait until every event is acknowledged (at most ``timeout`` s); the number pending."""
+        """Seal the head if events wait unsealed, then wait until every event (and seal record)
+        is acknowledged (at most ``timeout`` s); the number of events pending."""
+        with self._lock:
+            self._seal_pending("flush")
         left = self._delivery.flush(timeout)
         with self._lock:
             if not self._closed:
@@ -685,6 +796,10 @@ class JobClient:
         with self._lock:
             if self._closed:
                 return 0
+            self._seal_pending("close")
+        self._sealer_stop.set()
+        if self._sealer is not None:
+            self._sealer.join(5)
         if self._fetcher is not None:
             self._fetcher.stop()
         left = self._delivery.close(timeout)

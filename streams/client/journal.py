@@ -24,8 +24,14 @@ the job emitted, ``<crc32 hex8> <json>\\n`` with the event's ``seq``, ``incarnat
 
 A torn last line (the process died while appending) fails its CRC; it and anything after it are
 cut off (such an event was never handed to the producer). The WAL is compacted — rewritten to
-hold only the unacknowledged entries — when it grows past ``compact_at`` entries while little is
-pending, after a fresh snapshot has recorded the acknowledged position.
+hold only the unacknowledged entries and the head — when it grows past ``compact_at`` entries
+while little is pending, after a fresh snapshot has recorded the acknowledged position.
+
+Sealed events (:mod:`streams.client.sealing`): a line of a sealed event says ``"sealed": true``
+(its ``v`` carries the ``signature``), the ``JobStarted`` of a keyed job its ``public_key``
+(also kept in the snapshot, so a restart checks it has the key the job declared). The head entry
+survives every compaction: a restarted process whose head was never sealed re-sends it sealed
+(a *seal record*), which needs its exact content. Seal records themselves are not journaled.
 
 ``traintrace-journal.lock`` is held (``flock``) by the one client using the journal: a second
 process on the same journal would fork the chain, so it is refused.
@@ -62,12 +68,20 @@ class WalEntry:
     type: str
     value: bytes
     command_id: str | None = None
+    #: ``value`` carries the event's ``signature`` (its seal)
+    sealed: bool = False
+    #: the public key a ``JobStarted`` declares
+    public_key: str | None = None
 
     def to_line(self) -> bytes:
-        body = json.dumps({"seq": self.seq, "incarnation": self.incarnation, "hash": self.hash,
-                           "ts": self.ts, "type": self.type, "command_id": self.command_id,
-                           "v": base64.b64encode(self.value).decode("ascii")},
-                          separators=(",", ":"), sort_keys=True).encode("utf-8")
+        d = {"seq": self.seq, "incarnation": self.incarnation, "hash": self.hash, "ts": self.ts,
+             "type": self.type, "command_id": self.command_id,
+             "v": base64.b64encode(self.value).decode("ascii")}
+        if self.sealed:  # written only when set: the lines of an unsealed job stay as they were
+            d["sealed"] = True
+        if self.public_key is not None:
+            d["public_key"] = self.public_key
+        body = json.dumps(d, separators=(",", ":"), sort_keys=True).encode("utf-8")
         return b"%08x %s\n" % (zlib.crc32(body), body)
 
     @classmethod
@@ -81,7 +95,8 @@ class WalEntry:
                 return None
             d = json.loads(body)
             return cls(int(d["seq"]), int(d["incarnation"]), str(d["hash"]), int(d["ts"]), str(d["type"]),
-                       base64.b64decode(d["v"]), d.get("command_id"))
+                       base64.b64decode(d["v"]), d.get("command_id"), bool(d.get("sealed", False)),
+                       d.get("public_key"))
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -102,9 +117,11 @@ class JournalState:
     halt: dict[str, Any] | None = None
     control_topic: str | None = None
     control_positions: dict[int, int] = field(default_factory=dict)
+    #: the public key (hex) the job's JobStarted declared: its events are sealed by it
+    public_key: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        d = {
             "format": FORMAT,
             "job_id": self.job_id,
             "cohort_id": self.cohort_id,
@@ -122,6 +139,9 @@ class JournalState:
                         "positions": {str(p): o for p, o in sorted(self.control_positions.items())}},
             "updated_ts": int(time.time() * 1000),
         }
+        if self.public_key is not None:
+            d["public_key"] = self.public_key
+        return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "JournalState":
@@ -138,6 +158,7 @@ class JournalState:
             halt=d.get("halt"),
             control_topic=control.get("topic"),
             control_positions={int(p): int(o) for p, o in (control.get("positions") or {}).items()},
+            public_key=d.get("public_key"),
         )
 
     def apply(self, e: WalEntry) -> None:
@@ -150,6 +171,7 @@ class JournalState:
         self.last_ts = max(self.last_ts, e.ts)
         if e.type == "JobStarted":
             self.started = True
+            self.public_key = e.public_key
         elif e.type == "JobFinished":
             self.finished = True
         elif e.type == "RolledBack":
@@ -180,7 +202,7 @@ class Journal:
             raise ClientError(f"the journal in {self.dir} is in use by another process "
                               "(one client per job at a time)") from None
         try:
-            self.state, self.unacked, self.wal_entries = self._load(job_id, cohort_id, base_model)
+            self.state, self.unacked, self.wal_entries, self.head_entry = self._load(job_id, cohort_id, base_model)
             self._wal = open(self.wal_path, "ab")
             self.save()
         except BaseException:
@@ -189,7 +211,8 @@ class Journal:
 
     # -- loading ---------------------------------------------------------------------------------
 
-    def _load(self, job_id: str, cohort_id: str, base_model: str) -> tuple[JournalState, list[WalEntry], int]:
+    def _load(self, job_id: str, cohort_id: str,
+              base_model: str) -> tuple[JournalState, list[WalEntry], int, WalEntry | None]:
         if self.snapshot_path.exists():
             try:
                 state = JournalState.from_json(json.loads(self.snapshot_path.read_bytes()))
@@ -204,6 +227,7 @@ class Journal:
             state = JournalState(job_id, cohort_id, base_model)
         unacked: list[WalEntry] = []
         count = 0
+        head: WalEntry | None = None
         if self.wal_path.exists():
             good_end = 0
             with open(self.wal_path, "rb") as fh:
@@ -217,11 +241,14 @@ class Journal:
                         unacked.append(e)
                     good_end += len(line)
                     count += 1
+                    head = e
             if good_end != self.wal_path.stat().st_size:
                 with open(self.wal_path, "r+b") as fh:
                     fh.truncate(good_end)
                     os.fsync(fh.fileno())
-        return state, unacked, count
+        if head is not None and head.seq != state.next_seq - 1:
+            head = None  # not the head the snapshot knows (a WAL of an older format, compacted away)
+        return state, unacked, count, head
 
     # -- writing ---------------------------------------------------------------------------------
 
@@ -236,6 +263,7 @@ class Journal:
             os.fsync(self._wal.fileno())
         self.state.apply(entry)
         self.wal_entries += 1
+        self.head_entry = entry
 
     def save(self) -> None:
         """Rewrite the snapshot atomically."""
@@ -246,8 +274,12 @@ class Journal:
         return self.wal_entries >= self.compact_at and pending <= max(100, self.compact_at // 10)
 
     def compact(self, acked_seq: int, unacked: Iterable[WalEntry]) -> None:
-        """Record ``acked_seq`` in the snapshot, then rewrite the WAL with ``unacked`` only."""
-        keep = sorted(unacked, key=lambda e: e.seq)
+        """Record ``acked_seq`` in the snapshot, then rewrite the WAL with ``unacked`` and the
+        head entry only."""
+        by_seq = {e.seq: e for e in unacked}
+        if self.head_entry is not None:
+            by_seq.setdefault(self.head_entry.seq, self.head_entry)
+        keep = [by_seq[s] for s in sorted(by_seq)]
         self.state.acked_seq = max(self.state.acked_seq, acked_seq)
         self.save()
         data = b"".join(e.to_line() for e in keep)
