@@ -47,8 +47,11 @@ def _key(obj: dict) -> bytes:
 
 
 def _expected(codec: Codec, obj: dict) -> dict:
-    if obj["type"] in codec.event_types:
-        return {"prev_hash": None, "hash": None, **obj}
+    if obj["type"] in codec.event_types:  # what decoding fills in (schemas v6: signature, public_key)
+        out = {"prev_hash": None, "hash": None, "signature": None, **obj}
+        if obj["type"] == "JobStarted":
+            out.setdefault("public_key", None)
+        return out
     return obj
 
 
