@@ -196,14 +196,17 @@ def seal_events(events: Iterable[dict[str, Any]], every: int = 64, seed: int = 0
     """The event dicts chained (:func:`chain_events`) and sealed as a job client seals them
     (:mod:`streams.core.seals`): each job gets its own key (derived from ``seed`` and its id, so
     a run is reproducible), declared in its ``JobStarted``; the types of
-    :data:`SEALED_AT_ONCE` are sealed, and otherwise every ``every``-th event of the job."""
+    :data:`SEALED_AT_ONCE` are sealed, otherwise every ``every``-th event of the job, and each
+    job's last event (a client seals its head when it goes quiet or closes)."""
     from streams.core.chain import GENESIS, chain_hash
     from streams.core.events import parse_event
     from streams.core.seals import Sealer
 
+    events = list(events)
+    last = {d["job_id"]: i for i, d in enumerate(events)}
     keys: dict[str, Sealer] = {}
     state: dict[str, tuple[str, int]] = {}  # job -> (head hash, events since the last seal)
-    for d in events:
+    for i, d in enumerate(events):
         d = dict(d)
         job = d["job_id"]
         key = keys.get(job)
@@ -217,7 +220,7 @@ def seal_events(events: Iterable[dict[str, Any]], every: int = 64, seed: int = 0
         d["prev_hash"] = head
         d["hash"] = chain_hash(head, parse_event(d))
         since += 1
-        if d["type"] in SEALED_AT_ONCE or since >= every:
+        if d["type"] in SEALED_AT_ONCE or since >= every or last[job] == i:
             d["signature"] = key.seal(d["hash"])
             since = 0
         state[job] = (d["hash"], since)
