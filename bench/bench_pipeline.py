@@ -21,9 +21,11 @@ workers check seals and hold unsealed events until their seal. ``--seals compare
 throughput only, ``--rounds`` times each, alternating plain (hash-chained, not sealed) and sealed
 runs on fresh topics and workers, and prints each pair's ratio and the median (the same goal).
 ``--progress-every`` sets the generator's Progress interval (1: long jobs, one Progress a step).
+``--signing alternate`` does the same for unsigned and signed workers.
 
 Usage: python bench/bench_pipeline.py [--events 200000] [--workers 1] [--partitions 4]
-                                      [--signing off|on|compare] [--seals off|on|compare] [--json]
+                                      [--signing off|on|compare|alternate] [--seals off|on|compare]
+                                      [--rounds 2] [--json]
 """
 
 from __future__ import annotations
@@ -224,8 +226,9 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--worker-args", nargs="*", default=[])
     ap.add_argument("--skip-throughput", action="store_true")
-    ap.add_argument("--signing", choices=("off", "on", "compare"), default="off",
-                    help="workers sign commitments and control records (a throw-away key); compare: both")
+    ap.add_argument("--signing", choices=("off", "on", "compare", "alternate"), default="off",
+                    help="workers sign commitments and control records (a throw-away key); compare: both; "
+                         "alternate: throughput only, --rounds alternated unsigned and signed runs")
     ap.add_argument("--seals", choices=("off", "on", "compare"), default="off",
                     help="jobs seal their events (streams.core.seals); compare: alternate plain and sealed runs")
     ap.add_argument("--seal-every", type=int, default=64, help="a job seals at least every N-th event")
@@ -233,8 +236,8 @@ def main() -> None:
     ap.add_argument("--progress-every", type=int, default=10, help="steps between Progress events")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    if args.seals == "compare":
-        return seals_compare(args)
+    if args.seals == "compare" or args.signing == "alternate":
+        return alternate(args)
 
     broker = None
     bootstrap = args.bootstrap
@@ -262,8 +265,11 @@ def main() -> None:
     print_report(report, args.signing)
 
 
-def seals_compare(args) -> None:
-    """Throughput of plain (chained) and sealed runs, alternated, on one broker."""
+def alternate(args) -> None:
+    """Throughput of plain and sealed (``--seals compare``) or unsigned and signed
+    (``--signing alternate``) runs, alternated, on one broker: an order effect (the second run
+    of a process on a broker that holds the first's topics) cannot pass for the cost."""
+    signing = args.signing == "alternate"
     broker = None
     bootstrap = args.bootstrap
     if bootstrap is None:
@@ -271,34 +277,44 @@ def seals_compare(args) -> None:
 
         broker = LocalBroker(Path(tempfile.mkdtemp(prefix="tt-bench-broker-")))
         bootstrap = broker.start()
-    rates: dict[str, list[float]] = {"chain": [], "on": []}
+    rates: dict[str, list[float]] = {"base": [], "cost": []}
     raw: list[float] = []
+    label = {"base": "unsigned" if signing else "plain ", "cost": "signed  " if signing else "sealed"}
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for i in range(args.rounds):
-                for kind in ("chain", "on"):
-                    run = argparse.Namespace(**{**vars(args), "seals": kind})
+                for kind in ("base", "cost"):
                     d = Path(tmp) / f"{kind}{i}"
                     d.mkdir()
+                    run = argparse.Namespace(**vars(args))
+                    if signing:
+                        run.seals = "off"
+                        if kind == "cost":
+                            from streams.signing import generate_key, save_private_key
+
+                            key = save_private_key(generate_key(), d / "processor.key")
+                            run.worker_args = [*args.worker_args, "--signing-key", str(key)]
+                    else:
+                        run.seals = "on" if kind == "cost" else "chain"
                     r = throughput(bootstrap, run, d)
                     rates[kind].append(r["fold_per_s_per_worker"])
                     raw.append(r["raw_consume_decode_per_s"])
-                    print(f"round {i + 1} {'sealed' if kind == 'on' else 'plain '}: "
-                          f"{r['fold_per_s_per_worker']:,.0f} events/s per worker ({r['events']:,} events)",
-                          file=sys.stderr)
+                    print(f"round {i + 1} {label[kind]}: {r['fold_per_s_per_worker']:,.0f} events/s per worker "
+                          f"({r['events']:,} events)", file=sys.stderr)
     finally:
         if broker is not None:
             broker.stop()
-    ratios = [s / p for p, s in zip(rates["chain"], rates["on"])]
-    report = {"plain_per_worker": rates["chain"], "sealed_per_worker": rates["on"], "pair_ratios": ratios,
-              "median_ratio": statistics.median(ratios), "seal_every": args.seal_every,
+    ratios = [c / b for b, c in zip(rates["base"], rates["cost"])]
+    what = "signed / unsigned" if signing else "sealed / plain"
+    report = {"compared": what, "base_per_worker": rates["base"], "cost_per_worker": rates["cost"],
+              "pair_ratios": ratios, "median_ratio": statistics.median(ratios), "seal_every": args.seal_every,
               "progress_every": args.progress_every, "raw_consume_decode_per_s": statistics.median(raw)}
     if args.json:
         print(json.dumps(report, indent=2))
         return
-    print(f"sealed / plain events/s per worker: pairs {', '.join(f'x{r:.3f}' for r in ratios)}; "
-          f"median x{report['median_ratio']:.3f} (goal >= x0.95); seal every {args.seal_every}, "
-          f"Progress every {args.progress_every} step(s)")
+    print(f"{what} events/s per worker: pairs {', '.join(f'x{r:.3f}' for r in ratios)}; "
+          f"median x{report['median_ratio']:.3f} (goal >= x0.95)"
+          + ("" if signing else f"; seal every {args.seal_every}, Progress every {args.progress_every} step(s)"))
 
 
 def measure(bootstrap: str, args, tmp: Path, signed: bool) -> dict:
