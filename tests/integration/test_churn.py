@@ -29,7 +29,7 @@ from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
 from streams.codec import Codec
 from streams.audit.analyze import analyze_file
-from streams.testing.cohort import generate_cohorts
+from streams.testing.cohort import generate_cohorts, seal_events
 from streams.testing.invariants import (
     assert_commands_consistent,
     assert_live_equals_offline,
@@ -160,11 +160,16 @@ def check_everything(bootstrap: str, topics: TopicNames, app_id: str, log: Path,
     return {"routing": routing, "command_copies": copies, "offline": offline}
 
 
-def test_churn_workers_join_leave_and_die_while_events_flow(cluster, kafka_bootstrap, tmp_path):
+@pytest.mark.parametrize("sealed", [False, True], ids=["plain", "sealed"])
+def test_churn_workers_join_leave_and_die_while_events_flow(cluster, kafka_bootstrap, tmp_path, sealed):
+    """Sealed: every job keyed, its events held until their seal (streams.core.seals), so a
+    partition's rebuild after a move must hold and release exactly as the first owner did."""
     topics, app_id, new_worker = cluster(partitions=6)
     events = interleave_cohorts(list(generate_cohorts(
         jobs=300, cohort_size=10, steps=300, seed=10, divergence_rate=0.1, exploit_every=40,
         exploit_prob=0.6, alias_prob=0.05)), seed=10)
+    if sealed:
+        events = list(seal_events(events, every=16))
     log = write_log(tmp_path / "events.jsonl", events)
     w = [new_worker(i) for i in range(4)]
     feeder = Feeder(kafka_bootstrap, topics.events, events, seconds=40)
