@@ -233,6 +233,8 @@ def main() -> None:
                     help="jobs seal their events (streams.core.seals); compare: alternate plain and sealed runs")
     ap.add_argument("--seal-every", type=int, default=64, help="a job seals at least every N-th event")
     ap.add_argument("--rounds", type=int, default=2, help="--seals compare: runs of each kind")
+    ap.add_argument("--cost-first", action="store_true",
+                    help="--seals compare / --signing alternate: each round runs the sealed (signed) kind first")
     ap.add_argument("--progress-every", type=int, default=10, help="steps between Progress events")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -283,7 +285,7 @@ def alternate(args) -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for i in range(args.rounds):
-                for kind in ("base", "cost"):
+                for kind in (("cost", "base") if args.cost_first else ("base", "cost")):
                     d = Path(tmp) / f"{kind}{i}"
                     d.mkdir()
                     run = argparse.Namespace(**vars(args))
