@@ -173,8 +173,10 @@ def run_worker(settings) -> None:
     import faust
 
     from streams.worker.faust_app import create_app
+    from streams.worker.gctune import tune as tune_gc
 
     os.environ.setdefault("F_DATADIR", str(settings.data_dir))
+    tune_gc()
     app = create_app(settings)
     w = faust.Worker(app, loglevel=settings.loglevel, redirect_stdouts=False)
     w.execute_from_commandline()

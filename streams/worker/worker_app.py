@@ -11,6 +11,7 @@ creates the topics and checks the data directory first).
 from __future__ import annotations
 
 from streams.worker.faust_app import create_app
+from streams.worker.gctune import tune as tune_gc
 from streams.worker.settings import WorkerSettings
 
 
@@ -19,4 +20,5 @@ def settings_from_env() -> WorkerSettings:
     return WorkerSettings.from_env()
 
 
+tune_gc()
 app = create_app(settings_from_env())
