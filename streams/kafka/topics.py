@@ -57,21 +57,38 @@ class TopicNames:
         return {name: getattr(self, name) for name in _TOPIC_FIELDS}
 
 
+#: the most replicas a topic traintrace creates gets, when the settings name no factor
+MAX_REPLICAS = 3
+
+
+def replication(brokers: int, configured: int | None) -> tuple[int, dict[str, str]]:
+    """The replication factor of a topic traintrace creates, and the topic configs that go with
+    it: ``configured`` (``KafkaSettings.replication_factor``), else ``min(3, brokers)``;
+    ``min.insync.replicas`` 2 from three replicas on (an ``acks=all`` write then survives the
+    loss of any one broker), and never an unclean leader election (a replica that missed writes
+    must not become the leader of the record the audit reads)."""
+    rf = configured if configured is not None else max(1, min(MAX_REPLICAS, brokers))
+    config = {"unclean.leader.election.enable": "false"}
+    if rf >= 3:
+        config["min.insync.replicas"] = "2"
+    return rf, config
+
+
 def ensure_topics(kafka: KafkaSettings | str, topics: Iterable[tuple[str, int, dict[str, str] | None]],
                   timeout: float = 30.0) -> None:
     """Create the topics that do not exist yet: (name, partitions, config), replicated
-    ``kafka.replication_factor`` times (None: the broker's ``default.replication.factor``)."""
+    ``kafka.replication_factor`` times, else on ``min(3, brokers)`` brokers (:func:`replication`)."""
     kafka = KafkaSettings.of(kafka)
     bootstrap = kafka.bootstrap
     watch = kafka.error_watch()
     admin = kafka.admin(error_cb=watch)
     try:
-        existing = set(security.list_topics(admin, watch, timeout).topics)
+        md = security.list_topics(admin, watch, timeout)
     except KafkaException as exc:
         raise KafkaAdapterError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
-    new = [NewTopic(name, num_partitions=parts, replication_factor=kafka.replication_factor or -1,
-                    config=config or {})
-           for name, parts, config in topics if name not in existing]
+    rf, replicated = replication(len(md.brokers), kafka.replication_factor)
+    new = [NewTopic(name, num_partitions=parts, replication_factor=rf, config={**replicated, **(config or {})})
+           for name, parts, config in topics if name not in md.topics]
     if not new:
         return
     for name, fut in admin.create_topics(new, operation_timeout=timeout).items():

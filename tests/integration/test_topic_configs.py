@@ -15,6 +15,7 @@ import uuid
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
+from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import (
     AUDIT_TOPICS,
     FiniteRetentionError,
@@ -71,6 +72,11 @@ def test_created_topics_keep_everything_the_audit_reads(kafka_bootstrap, fresh, 
         assert conf["retention.bytes"] == "-1", topic
         assert conf["cleanup.policy"] == "delete", topic
     assert got[names.checkpoints]["cleanup.policy"] == "compact"  # a latest-status view, not audited
+    for topic, conf in got.items():  # one broker here: one replica, no unclean leader ever
+        assert conf["unclean.leader.election.enable"] == "false", topic
+    md = KafkaSettings.of(kafka_bootstrap).admin().list_topics(timeout=10)
+    for topic in got:
+        assert {len(p.replicas) for p in md.topics[topic].partitions.values()} == {min(3, len(md.brokers))}
     assert retention_findings(kafka_bootstrap, names) == []
     check_audit_retention(kafka_bootstrap, names)  # does not raise
 

@@ -172,3 +172,14 @@ def test_a_denied_write_of_a_gapless_producer_names_the_topic():
                         "sasl.username": "trainer"}, "b:9093", operation="WRITE", resource="lineage.control")
     assert isinstance(got, KafkaAuthorizationError)
     assert "User:trainer WRITE on topic lineage.control" in str(got) and "\n" not in str(got)
+
+
+def test_topics_are_replicated_on_up_to_three_brokers_with_two_in_sync():
+    from streams.kafka.topics import replication
+
+    assert replication(1, None) == (1, {"unclean.leader.election.enable": "false"})
+    assert replication(2, None) == (2, {"unclean.leader.election.enable": "false"})
+    assert replication(3, None) == (3, {"unclean.leader.election.enable": "false", "min.insync.replicas": "2"})
+    assert replication(5, None)[0] == 3
+    assert replication(5, 1) == (1, {"unclean.leader.election.enable": "false"})  # the settings' own choice
+    assert replication(0, None)[0] == 1  # no broker listed yet: the create then fails with the broker's reason
