@@ -21,7 +21,6 @@ trips through it, the wait for quiescence, the export and the audit).
 from __future__ import annotations
 
 import uuid
-from dataclasses import replace
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -30,53 +29,26 @@ from streams.audit.audit import audit
 from streams.audit.export import export
 from streams.audit.log import load_archive
 from streams.codec import Codec
-from streams.core.chain import GENESIS, chain_hash
-from streams.core.events import event_to_dict, parse_event
-from streams.core.seals import FORGED, public_key_hex, seal
+from streams.core.events import event_to_dict
+from streams.core.seals import FORGED
 from streams.kafka.reader import read_to_end
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
+from streams.testing.sealed import SealedJob
 from streams.worker.process import WorkerProcess, wait_quiescent
 from tests.integration.waits import until
 
 CODEC = Codec()
 
 
-class Writer:
-    """One job's chained events, sealed with its key (or, for a forger, another's)."""
-
-    def __init__(self, job_id: str) -> None:
-        self.job_id, self.key = job_id, Ed25519PrivateKey.generate()
-        self.seq, self.head, self.ts = 0, GENESIS, 1_000
-
-    def event(self, etype: str, fields: dict, sealed: bool = True, key=None, advance: bool = True):
-        ev = parse_event({"type": etype, "job_id": self.job_id, "seq": self.seq, "incarnation": 0,
-                          "ts": self.ts, "prev_hash": self.head, **fields})
-        ev = replace(ev, hash=chain_hash(ev.prev_hash, ev))
-        if sealed:
-            ev = replace(ev, signature=seal(ev.hash, key or self.key))
-        if advance:
-            self.seq, self.head, self.ts = self.seq + 1, ev.hash, self.ts + 10
-        return ev
-
-    def start(self):
-        return self.event("JobStarted", {"cohort_id": "c1", "base_model": "m", "base_checkpoint_id": None,
-                                         "config_hash": None, "public_key": public_key_hex(self.key)})
+class Writer(SealedJob):
+    """A job of this test: its Progress sealed unless told otherwise, its divergence a NaN."""
 
     def progress(self, step: int, sealed: bool = True):
-        return self.event("Progress", {"step": step, "epoch": 0, "loss": 1.0, "grad_norm": None, "lr": None},
-                          sealed)
-
-    def checkpoint(self, step: int):
-        return self.event("CheckpointWritten", {"checkpoint_id": f"{self.job_id}-{step}", "step": step,
-                                                "epoch": 0, "content_hash": f"{step:064x}", "uri": "u"})
-
-    def consumed(self, checkpoint_id: str):
-        return self.event("CheckpointConsumed", {"source_checkpoint_id": checkpoint_id, "step": 0, "mode": "INIT"})
+        return super().progress(step, sealed=sealed)
 
     def diverged(self, onset: int, sealed: bool = True, key=None, advance: bool = True):
-        return self.event("DivergenceReported", {"onset_step": onset, "detector": "d", "reason": "nan"},
-                          sealed, key, advance)
+        return super().diverged(onset, sealed, key, advance, reason="nan")
 
 
 def produce(bootstrap: str, topics: TopicNames, events) -> list[tuple[int, int]]:

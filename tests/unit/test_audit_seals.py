@@ -31,7 +31,7 @@ T0 = 1_760_000_000_000
 
 def consumer(job: Job, checkpoint_id: str):
     """``job`` consumes ``checkpoint_id`` (a sealed CheckpointConsumed)."""
-    return job._make("CheckpointConsumed", {"source_checkpoint_id": checkpoint_id, "step": 0, "mode": "INIT"},
+    return job.event("CheckpointConsumed", {"source_checkpoint_id": checkpoint_id, "step": 0, "mode": "INIT"},
                      sealed=True)
 
 

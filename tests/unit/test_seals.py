@@ -7,55 +7,20 @@ from dataclasses import replace
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from streams.core.chain import GENESIS, chain_hash
+from streams.core.chain import chain_hash
 from streams.core.decide import HaltIssued, Lineage, PlanChanged
 from streams.core.events import (
     CheckpointWritten,
     DivergenceReported,
     JobStarted,
     Progress,
-    parse_event,
 )
 from streams.core.seals import FORGED, KEY_NOT_ISSUED, UNSIGNED_JOB, SealPolicy, public_key_hex, seal
 from streams.core.state import Config
+from streams.testing.sealed import SealedJob
 
 
-class Job:
-    """Writes one job's chained events, sealing the ones asked."""
-
-    def __init__(self, job_id: str = "A", key: Ed25519PrivateKey | None = None, cohort: str = "c1") -> None:
-        self.job_id, self.cohort = job_id, cohort
-        self.key = key or Ed25519PrivateKey.generate()
-        self.seq, self.head, self.ts = 0, GENESIS, 1000
-
-    def _make(self, etype: str, fields: dict, sealed: bool, key=None, advance: bool = True):
-        d = {"type": etype, "job_id": self.job_id, "seq": self.seq, "incarnation": 0, "ts": self.ts,
-             "prev_hash": self.head, **fields}
-        ev = parse_event(d)
-        ev = replace(ev, hash=chain_hash(ev.prev_hash, ev))
-        if sealed:
-            ev = replace(ev, signature=seal(ev.hash, key or self.key))
-        if advance:
-            self.seq, self.head, self.ts = self.seq + 1, ev.hash, self.ts + 10
-        return ev
-
-    def start(self, sealed: bool = True, declare=True, key=None):
-        pk = public_key_hex(self.key) if declare is True else declare
-        return self._make("JobStarted", {"cohort_id": self.cohort, "base_model": "m",
-                                         "base_checkpoint_id": None, "config_hash": None,
-                                         "public_key": pk}, sealed, key)
-
-    def progress(self, step: int, loss: float = 1.0, sealed: bool = False, advance: bool = True):
-        return self._make("Progress", {"step": step, "epoch": 0, "loss": loss, "grad_norm": None, "lr": None},
-                          sealed, advance=advance)
-
-    def checkpoint(self, step: int, sealed: bool = True):
-        return self._make("CheckpointWritten", {"checkpoint_id": f"{self.job_id}-{step}", "step": step,
-                                                "epoch": 0, "content_hash": f"{step:064x}", "uri": "u"}, sealed)
-
-    def diverged(self, onset: int, sealed: bool = True, key=None, advance: bool = True):
-        return self._make("DivergenceReported", {"onset_step": onset, "detector": "d", "reason": "r"},
-                          sealed, key, advance)
+Job = SealedJob
 
 
 def fold_all(lin: Lineage, events, refs=None):
