@@ -1,6 +1,7 @@
-"""``traintrace broker``: run a real Apache Kafka 4.x broker locally (one KRaft node, 127.0.0.1).
+"""``traintrace broker``: run a real Apache Kafka 4.x broker locally (one KRaft node, 127.0.0.1),
+or a cluster of them (``--nodes 3``: :class:`streams.kafka.cluster.LocalCluster`).
 
-Thin: everything happens in :mod:`streams.kafka.broker`; this module only parses flags,
+Thin: everything happens in :mod:`streams.kafka.broker` and :mod:`streams.kafka.cluster`; this module only parses flags,
 shows progress and turns :class:`~streams.kafka.broker.BrokerError` into a one-line message
 on stderr with exit status 2.
 """
@@ -20,6 +21,7 @@ from rich.console import Console
 
 from streams.cli.common import fail
 from streams.kafka import broker as lib
+from streams.kafka import cluster as cluster_lib
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -93,9 +95,28 @@ def _print_running(st: dict[str, Any], headline: str) -> None:
         _out.print("export TRAINTRACE_KAFKA_CONFIG=<one of them>")
 
 
+def _print_cluster(st: dict[str, Any], headline: str) -> None:
+    _out.print(f"[bold green]{headline}[/] at [bold]{st['bootstrap']}[/] (Kafka {st['version']}, "
+               f"{st['running_nodes']} of {len(st['nodes'])} nodes running)")
+    _print_nodes(st)
+    _out.print(f"  data: {st['data_dir']}")
+    _out.print(f"export KAFKA_BOOTSTRAP_SERVERS={st['bootstrap']}")
+    if st.get("secure"):
+        _out.print("  secure: SASL_SSL (SCRAM-SHA-512), ACLs enforced; client properties per role:")
+        for role, path in sorted(st.get("client_properties", {}).items()):
+            _out.print(f"    {role:<10} {path}")
+        _out.print("export TRAINTRACE_KAFKA_CONFIG=<one of them>")
+
+
+def _print_nodes(st: dict[str, Any]) -> None:
+    for n in st["nodes"]:
+        state = f"running (pid {n['pid']})" if n["running"] else "[yellow]not running[/]"
+        _out.print(f"  node {n['node_id']}: 127.0.0.1:{n['port']} (controller {n['controller_port']}) {state}")
+
+
 @click.group("broker")
 def broker() -> None:
-    """Run a local Apache Kafka broker (one KRaft node on 127.0.0.1) for development and tests.
+    """Run a local Apache Kafka broker (one KRaft node on 127.0.0.1, or --nodes 3) for development and tests.
 
     The first start resolves Kafka's jars with Maven into ~/.cache/traintrace (TRAINTRACE_CACHE_DIR);
     later starts are offline. Needs Java 17+. The broker keeps running after the command returns;
@@ -106,7 +127,8 @@ def broker() -> None:
 @broker.command()
 @click.option(
     "--port", type=click.IntRange(1, 65535), envvar="TRAINTRACE_BROKER_PORT", show_envvar=True,
-    default=None, help="Client port on 127.0.0.1 [default: last one if free, else any free port].",
+    default=None, help="Client port on 127.0.0.1 (with --nodes: the first node's; the others pick free "
+                       "ports) [default: last one if free, else any free port].",
 )
 @click.option(
     "--controller-port", type=click.IntRange(1, 65535), envvar="TRAINTRACE_BROKER_CONTROLLER_PORT",
@@ -126,6 +148,13 @@ def broker() -> None:
     help="SASL_SSL (SCRAM-SHA-512) with a throw-away CA, ACLs enforced, one client properties "
          "file per role in the data dir. A data dir stays secure or not.",
 )
+@click.option(
+    "--nodes", type=click.IntRange(1, 9), envvar="TRAINTRACE_BROKER_NODES", show_envvar=True, default=1,
+    show_default=True,
+    help="Combined KRaft nodes (broker + controller each): 3 = a three-voter quorum, internal topics "
+         "replicated 3 times, min.insync.replicas 2. A data dir stays a cluster or a single broker. "
+         "(--docker: docker-compose.yml runs its own three nodes.)",
+)
 @_docker_options
 @_json_option
 @_errors
@@ -136,6 +165,7 @@ def start(
     kafka_version: str,
     timeout: float,
     secure: bool,
+    nodes: int,
     docker: bool,
     compose_file: Path,
     as_json: bool,
@@ -153,6 +183,9 @@ def start(
             _out.print(f"export KAFKA_BOOTSTRAP_SERVERS={bootstrap}")
         return
 
+    if nodes > 1:
+        _start_cluster(data_dir, nodes, port, controller_port, kafka_version, timeout, secure, as_json)
+        return
     b = lib.LocalBroker(data_dir, port=port, controller_port=controller_port, version=kafka_version, secure=secure)
     st = b.status()
     if st["running"]:
@@ -178,6 +211,33 @@ def start(
         _print_running(st, f"Kafka broker started in {elapsed:.1f}s")
 
 
+def _start_cluster(data_dir: Path | None, nodes: int, port: int | None, controller_port: int | None,
+                   kafka_version: str, timeout: float, secure: bool, as_json: bool) -> None:
+    c = cluster_lib.LocalCluster(data_dir, nodes, port, kafka_version, controller_port=controller_port,
+                                 secure=secure)
+    if c.nodes and c.size != nodes:
+        fail(f"the cluster in {c.data_dir} has {c.size} nodes, not {nodes}; start it with --nodes {c.size} "
+             "or use another --data-dir", command="broker")
+    if c.is_running():
+        st = c.status()
+        if as_json:
+            _emit_json({**st, "already_running": True})
+        else:
+            _print_cluster(st, "Kafka cluster already running")
+        return
+    if not lib.jars_cached(kafka_version):
+        with _err.status(f"Resolving Apache Kafka {kafka_version} jars with Maven (first run only)…"):
+            lib.resolve_jars(kafka_version)
+    t0 = time.monotonic()
+    with _err.status(f"Starting a {nodes}-node Kafka {kafka_version} cluster in {c.data_dir}…"):
+        c.start(timeout=max(timeout, 90.0))
+    st, elapsed = c.status(), time.monotonic() - t0
+    if as_json:
+        _emit_json({**st, "already_running": False, "start_seconds": round(elapsed, 2)})
+    else:
+        _print_cluster(st, f"Kafka cluster ({nodes} nodes) started in {elapsed:.1f}s")
+
+
 @broker.command()
 @_data_dir_option
 @click.option(
@@ -191,7 +251,7 @@ def start(
 def stop(
     data_dir: Path | None, timeout: float, volumes: bool, docker: bool, compose_file: Path, as_json: bool
 ) -> None:
-    """Stop the broker (SIGTERM, then SIGKILL after --timeout). Its data is kept."""
+    """Stop the broker, or every node of a cluster (SIGTERM, then SIGKILL after --timeout). Its data is kept."""
     if docker:
         with _err.status("docker compose down…"):
             lib.docker_compose_down(compose_file, volumes=volumes)
@@ -199,6 +259,9 @@ def stop(
             _emit_json({"stopped": True, "docker": True})
         else:
             _out.print("Kafka (docker compose) stopped")
+        return
+    if cluster_lib.is_cluster_dir(data_dir):
+        _stop_cluster(data_dir, timeout, as_json)
         return
     b = lib.LocalBroker(data_dir)
     before = b.status()
@@ -213,12 +276,42 @@ def stop(
         _out.print(f"No Kafka broker running for {before['data_dir']}")
 
 
+def _stop_cluster(data_dir: Path | None, timeout: float, as_json: bool) -> None:
+    c = cluster_lib.LocalCluster.from_data_dir(data_dir)
+    assert c is not None
+    before = c.status()
+    with _err.status(f"Stopping the Kafka cluster ({before['running_nodes']} nodes running)…"):
+        was_running = c.stop(timeout=timeout)
+    if as_json:
+        _emit_json({"stopped": was_running, "was_running": was_running, "cluster": True,
+                    "pids": [n["pid"] for n in before["nodes"] if n["pid"]], "data_dir": before["data_dir"]})
+    elif was_running:
+        pids = ", ".join(str(n["pid"]) for n in before["nodes"] if n["pid"])
+        _out.print(f"Kafka cluster stopped (pids {pids}, data kept in {before['data_dir']})")
+    else:
+        _out.print(f"No Kafka cluster node running for {before['data_dir']}")
+
+
 @broker.command()
 @_data_dir_option
 @_json_option
 @_errors
 def status(data_dir: Path | None, as_json: bool) -> None:
-    """Show whether the broker runs. Exit status: 0 running, 1 not running."""
+    """Show whether the broker (every node of a cluster) runs. Exit status: 0 running, 1 not running
+    (a cluster: not every node running)."""
+    if cluster_lib.is_cluster_dir(data_dir):
+        c = cluster_lib.LocalCluster.from_data_dir(data_dir)
+        assert c is not None
+        st = c.status()
+        if as_json:
+            _emit_json(st)
+        elif st["running"]:
+            _print_cluster(st, "Kafka cluster running")
+        else:
+            _out.print(f"[yellow]Kafka cluster not running[/] ({st['running_nodes']} of {len(st['nodes'])} nodes) "
+                       f"for {st['data_dir']}")
+            _print_nodes(st)
+        sys.exit(0 if st["running"] else 1)
     st = lib.LocalBroker(data_dir).status()
     if as_json:
         _emit_json(st)

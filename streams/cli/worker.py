@@ -77,17 +77,22 @@ if TYPE_CHECKING:
 @click.option("--allow-finite-retention", is_flag=True, envvar="TRAINTRACE_ALLOW_FINITE_RETENTION",
               help="Run even when those topics would lose records (finite retention, compaction): warn "
                    "instead of refusing. [env TRAINTRACE_ALLOW_FINITE_RETENTION]")
+@click.option("--allow-under-replicated", is_flag=True, envvar="TRAINTRACE_ALLOW_UNDER_REPLICATED",
+              help="Run even when a topic has fewer replicas than min(3, brokers), min.insync.replicas below 2 "
+                   "with 3 replicas, or unclean leader election on: warn instead of refusing. "
+                   "[env TRAINTRACE_ALLOW_UNDER_REPLICATED]")
 @core_options
 def worker(bootstrap, kafka_config, topic_prefix, app_id, partitions, data_dir, store, web_port, web_host, grace_seconds, ack_timeout,
            commitment_interval, commit_interval, session_timeout, loglevel, signing_key, reset_data_dir,
-           retention_ms, allow_finite_retention, window, spike_factor, taint_margin, require_sealed_events,
+           retention_ms, allow_finite_retention, allow_under_replicated, window, spike_factor, taint_margin, require_sealed_events,
            job_keys) -> None:
     """Run a processor worker: route lineage.events by cohort, fold each cohort through the
     lineage core, publish commands, manifests, alerts and commitments.
 
     Start several (each with its own --web-port and --data-dir) to spread the partitions.
     Creates the topics it needs, and refuses to run when a topic the audit or recovery reads
-    would lose records (finite retention, compaction) unless --allow-finite-retention.
+    would lose records (finite retention, compaction) unless --allow-finite-retention, or when a
+    topic is replicated less safely than the cluster allows unless --allow-under-replicated.
     Stops cleanly on Ctrl-C / SIGTERM.
     """
     key_note = _key_note(signing_key)  # fail before starting anything when the key is unusable
@@ -95,7 +100,8 @@ def worker(bootstrap, kafka_config, topic_prefix, app_id, partitions, data_dir, 
         fail("--retention-ms 0 would delete the audit trail at once: give milliseconds > 0, or -1 to keep everything")
     kafka = kafka_settings(bootstrap, kafka_config, start_broker=True)
     topics = topics_for(topic_prefix)
-    _prepare_topics(kafka, topics, app_id, partitions, retention_ms, allow_finite_retention)
+    _prepare_topics(kafka, topics, app_id, partitions, retention_ms, allow_finite_retention,
+                    allow_under_replicated)
     from streams.worker.settings import WorkerSettings
 
     settings = WorkerSettings(
@@ -127,13 +133,17 @@ def _key_note(signing_key: Path | None) -> str:
 
 
 def _prepare_topics(kafka: "KafkaSettings", topics: "TopicNames", app_id: str, partitions: int,
-                    retention_ms: int, allow_finite_retention: bool) -> None:
-    """Create the missing topics, refuse (or warn about) an audit trail that would expire, and
-    give the worker's group an offset on every partition it reads."""
+                    retention_ms: int, allow_finite_retention: bool,
+                    allow_under_replicated: bool = False) -> None:
+    """Create the missing topics, refuse (or warn about) an audit trail that would expire or
+    topics replicated less than the cluster allows, and give the worker's group an offset on
+    every partition it reads."""
     from streams.kafka.errors import KafkaAdapterError
     from streams.kafka.topics import (
         FiniteRetentionError,
+        UnderReplicatedError,
         check_audit_retention,
+        check_replication,
         ensure_topics,
         seed_group_offsets,
         standard_topics,
@@ -149,6 +159,14 @@ def _prepare_topics(kafka: "KafkaSettings", topics: "TopicNames", app_id: str, p
             for finding in exc.findings:
                 err_console.print(f"traintrace worker: warning: {escape(finding.describe())} "
                                   f"(--allow-finite-retention)", highlight=False, soft_wrap=True)
+        try:  # one disk must not hold the record where the cluster has more (one line)
+            check_replication(kafka, topics)
+        except UnderReplicatedError as exc:
+            if not allow_under_replicated:
+                fail(f"{exc}; or pass --allow-under-replicated [env TRAINTRACE_ALLOW_UNDER_REPLICATED=1]")
+            for finding in exc.findings:
+                err_console.print(f"traintrace worker: warning: {escape(finding.describe())} "
+                                  f"(--allow-under-replicated)", highlight=False, soft_wrap=True)
         seed_group_offsets(kafka, app_id, [topics.events, topics.by_cohort])
     except KafkaAdapterError as exc:
         fail(str(exc))

@@ -89,6 +89,7 @@ NODE_ID = 1
 MIN_JAVA = 17  # Kafka 4.x brokers need Java 17+
 
 RECORD_FILE = "broker.json"
+CLUSTER_RECORD_FILE = "cluster.json"  # written by streams.kafka.cluster in a cluster's data dir
 PROPERTIES_FILE = "server.properties"
 LOG4J_FILE = "log4j2.properties"
 TOOLS_LOG4J_FILE = "log4j2-tools.properties"
@@ -205,11 +206,13 @@ def server_properties(
     *,
     node_id: int = NODE_ID,
     extra: Mapping[str, Any] | None = None,
+    voters: str | None = None,
 ) -> dict[str, str]:
     """The configuration of one combined KRaft node (broker + controller) on 127.0.0.1.
 
-    Static quorum (``controller.quorum.voters``), so storage is formatted without ``--standalone``.
-    Internal topics get replication factor 1 and few partitions so a laptop-sized node starts fast.
+    Static quorum (``controller.quorum.voters``: ``voters``, default this node alone), so storage
+    is formatted without ``--standalone``. Internal topics get replication factor 1 and few
+    partitions so a laptop-sized node starts fast (:mod:`streams.kafka.cluster` overrides them).
     ``extra`` overrides or adds keys.
     """
     if port == controller_port:
@@ -217,7 +220,7 @@ def server_properties(
     props: dict[str, Any] = {
         "process.roles": "broker,controller",
         "node.id": node_id,
-        "controller.quorum.voters": f"{node_id}@{LOOPBACK}:{controller_port}",
+        "controller.quorum.voters": voters or f"{node_id}@{LOOPBACK}:{controller_port}",
         "listeners": f"PLAINTEXT://{LOOPBACK}:{port},CONTROLLER://{LOOPBACK}:{controller_port}",
         "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{port}",
         "controller.listener.names": "CONTROLLER",
@@ -591,8 +594,10 @@ def wait_until_ready(
     alive: Any = None,
     poll: float = 0.25,
     kafka: Any = None,
+    brokers: int = 1,
 ) -> dict[str, Any]:
-    """Block until a confluent-kafka AdminClient gets metadata from ``bootstrap``.
+    """Block until a confluent-kafka AdminClient gets metadata listing at least ``brokers``
+    brokers from ``bootstrap`` (one address or several, comma-separated).
 
     ``alive`` is an optional callable; when it returns False waiting stops with
     :class:`BrokerStartFailed`. ``kafka``: the :class:`KafkaSettings` to ask with (default
@@ -601,7 +606,7 @@ def wait_until_ready(
     """
     from streams.kafka.settings import KafkaSettings  # lazy: keeps `traintrace --help` fast
 
-    host, _, port_s = bootstrap.split(",")[0].rpartition(":")
+    addresses = [(h or LOOPBACK, int(p)) for h, _, p in (a.strip().rpartition(":") for a in bootstrap.split(","))]
     started = time.monotonic()
     deadline = started + timeout
     admin = None
@@ -618,11 +623,9 @@ def wait_until_ready(
             raise BrokerStartTimeout(
                 f"the broker at {bootstrap} did not answer within {timeout:.0f}s ({last_error})"
             )
-        try:
-            with socket.create_connection((host or LOOPBACK, int(port_s)), timeout=min(1.0, remaining)):
-                pass
-        except OSError as exc:
-            last_error = f"connect: {exc.strerror or exc}"
+        refused = _unreachable(addresses, min(1.0, remaining))
+        if refused is not None:
+            last_error = f"connect: {refused}"
             time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
             continue
         if admin is None:
@@ -635,13 +638,25 @@ def wait_until_ready(
             last_error = f"metadata: {exc}"
             time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
             continue
-        if md.brokers:
+        if len(md.brokers) >= max(1, brokers):
             return {
                 "brokers": {b.id: f"{b.host}:{b.port}" for b in md.brokers.values()},
                 "seconds": time.monotonic() - started,
             }
-        last_error = "metadata without brokers"
+        last_error = f"metadata lists {len(md.brokers)} of {brokers} brokers" if md.brokers else "metadata without brokers"
         time.sleep(poll)
+
+
+def _unreachable(addresses: list[tuple[str, int]], timeout: float) -> str | None:
+    """None when one of ``addresses`` accepts a TCP connection, else the last error."""
+    error = "no address"
+    for address in addresses:
+        try:
+            with socket.create_connection(address, timeout=timeout):
+                return None
+        except OSError as exc:
+            error = str(exc.strerror or exc)
+    return error
 
 
 # --------------------------------------------------------------------------- the broker
@@ -653,6 +668,11 @@ class LocalBroker:
     ``port`` / ``controller_port``: None = reuse the ports recorded by the last start when still
     free, else pick free ones. A given port must be free (:class:`PortInUse`).
     """
+
+    #: this node's KRaft id and the static quorum (None: this node alone); a node of a
+    #: :class:`streams.kafka.cluster.LocalCluster` sets both
+    node_id: int = NODE_ID
+    quorum_voters: str | None = None
 
     def __init__(
         self,
@@ -757,6 +777,9 @@ class LocalBroker:
             record = read_record(self.data_dir) or {}
             if self._running_pid(record) is not None:
                 return f"{LOOPBACK}:{record['port']}"
+            if self.quorum_voters is None and (self.data_dir / CLUSTER_RECORD_FILE).is_file():
+                raise BrokerError(f"{self.data_dir} holds a cluster (`broker start --nodes N`); start it the "
+                                  "same way or use another --data-dir")
             for given in (self.port, self.controller_port):
                 if given is not None:
                     self._check_port(given)  # fail fast, before a long jar download
@@ -773,7 +796,7 @@ class LocalBroker:
                 "port": port,
                 "controller_port": controller_port,
                 "bootstrap": f"{LOOPBACK}:{port}",
-                "node_id": NODE_ID,
+                "node_id": self.node_id,
                 "data_dir": str(self.data_dir),
                 "libs": str(libs),
                 "pid": None,
@@ -845,7 +868,8 @@ class LocalBroker:
         """The server properties and the log4j2 configs of the broker and of the tools (written
         on every start); returns (broker log4j2 file, tools log4j2 file)."""
         extra = {**(secure["overrides"] if secure else {}), **self.extra_properties}
-        props = server_properties(port, controller_port, self.kraft_dir, extra=extra)
+        props = server_properties(port, controller_port, self.kraft_dir, node_id=self.node_id, extra=extra,
+                                  voters=self.quorum_voters)
         self.properties_file.write_text(
             render_properties(props, header="written by traintrace on every `broker start`; edits are lost"),
             encoding="utf-8",

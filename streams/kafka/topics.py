@@ -1,6 +1,7 @@
 """The topics: their names (:class:`TopicNames`), creating them with the configs the audit needs
 (:func:`standard_topics`, :func:`ensure_topics`), checking that nothing the audit reads expires
-(:func:`check_audit_retention`), and seeding a group's offsets. Clients come from
+(:func:`check_audit_retention`) and that every topic is replicated as the cluster allows
+(:func:`check_replication`), and seeding a group's offsets. Clients come from
 :class:`streams.kafka.settings.KafkaSettings`."""
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from streams.kafka.settings import KafkaSettings
 
 
 _TOPIC_FIELDS = ("events", "control", "alerts", "manifests", "commitments", "dlq", "by_cohort", "checkpoints",
-                 "job_cohorts")
+                 "job_cohorts", "snapshots")
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,9 @@ class TopicNames:
     checkpoints: str = "lineage.checkpoints"
     # internal: the router's job -> cohort map (compacted, partitioned like lineage.events)
     job_cohorts: str = "lineage.job-cohorts"
+    # internal: each cohort's fold state at a lineage.by-cohort offset (compacted: the latest per
+    # cohort), so a worker taking a partition over replays only the tail
+    snapshots: str = "lineage.snapshots"
 
     @classmethod
     def from_env(cls, prefix: str | None = None) -> "TopicNames":
@@ -148,7 +152,8 @@ def standard_topics(names: TopicNames, partitions: int = 8,
     ``retention_ms``: of the topics the audit or recovery reads (:data:`AUDIT_TOPICS`); default
     :func:`retention_from_env`, i.e. -1 (kept forever) unless ``TRAINTRACE_RETENTION_MS`` says
     otherwise. ``lineage.checkpoints`` (a latest-status view) is compacted; ``lineage.alerts``
-    (not audited) gets the broker's defaults."""
+    (not audited) gets the broker's defaults. ``lineage.snapshots`` (the latest fold state per
+    cohort, partitioned like ``lineage.by-cohort``) is compacted, with room for a large state."""
     if retention_ms is None:
         retention_ms = retention_from_env()
     keep = audit_topic_config(retention_ms)
@@ -164,7 +169,13 @@ def standard_topics(names: TopicNames, partitions: int = 8,
         (names.by_cohort, partitions, dict(keep)),  # the processor's input: the fold order
         (names.checkpoints, partitions, compact),
         (names.job_cohorts, partitions, compact),  # the router's map: one record per job
+        (names.snapshots, partitions, dict(SNAPSHOT_CONFIG)),  # like by_cohort: one partition each
     ]
+
+
+#: the config of ``lineage.snapshots``: compacted by cohort key (the latest snapshot), records up
+#: to 64 MiB (a cohort's serialised state), compacted as soon as the cleaner runs
+SNAPSHOT_CONFIG = {"cleanup.policy": "compact", "max.message.bytes": "67108864", "min.compaction.lag.ms": "0"}
 
 
 @dataclass(frozen=True)
@@ -268,6 +279,102 @@ def check_audit_retention(kafka: KafkaSettings | str, names: TopicNames, retenti
     findings = retention_findings(kafka, names, retention_ms, timeout)
     if findings:
         raise FiniteRetentionError(findings, kafka.bootstrap)
+
+
+@dataclass(frozen=True)
+class ReplicationFinding:
+    """A topic replicated less safely than the cluster allows: too few replicas, too small an
+    in-sync quorum for ``acks=all``, or a leader that may be elected unclean (losing writes)."""
+
+    topic: str
+    setting: str
+    value: str
+    wanted: str
+    consequence: str
+
+    def describe(self) -> str:
+        return f"topic {self.topic} has {self.setting}={self.value} (wanted {self.wanted}): {self.consequence}"
+
+    def fix(self, bootstrap: str) -> str:
+        if self.setting == "replication.factor":
+            return (f"see its replicas with `kafka-topics.sh --bootstrap-server {bootstrap} --describe --topic "
+                    f"{self.topic}` and add replicas with `kafka-reassign-partitions.sh --bootstrap-server "
+                    f"{bootstrap} --reassignment-json-file <plan with {self.wanted} replicas per partition> "
+                    f"--execute`")
+        return (f"set it with `kafka-configs.sh --bootstrap-server {bootstrap} --alter --entity-type topics "
+                f"--entity-name {self.topic} --add-config {self.setting}={self.wanted}`")
+
+
+class UnderReplicatedError(KafkaAdapterError):
+    """A topic is replicated less safely than the cluster allows (:class:`ReplicationFinding`).
+
+    ``str()`` is one line: the first finding, how to fix it, how many more."""
+
+    def __init__(self, findings: list[ReplicationFinding], bootstrap: str = "BOOTSTRAP"):
+        self.findings = list(findings)
+        first = self.findings[0]
+        more = len(self.findings) - 1
+        tail = f" ({more} more such setting{'s' if more > 1 else ''})" if more else ""
+        super().__init__(f"{first.describe()}{tail}; {first.fix(bootstrap)}")
+
+
+def topic_replication_findings(topic: str, replicas: int, config: dict[str, str | None],
+                               wanted_rf: int) -> list[ReplicationFinding]:
+    """The findings of one topic: ``replicas`` (the fewest of any partition), its effective
+    ``config``, the replication factor the cluster allows (``wanted_rf``)."""
+    out: list[ReplicationFinding] = []
+    if replicas < wanted_rf:
+        out.append(ReplicationFinding(topic, "replication.factor", str(replicas), str(wanted_rf),
+                                      f"its records live on {replicas} broker{'s' if replicas != 1 else ''} only"))
+    isr = config.get("min.insync.replicas")
+    if replicas >= 3 and isr is not None and isr.isdigit() and int(isr) < 2:
+        out.append(ReplicationFinding(topic, "min.insync.replicas", isr, "2",
+                                      "an acks=all write may be acknowledged by one broker and lost with it"))
+    unclean = (config.get("unclean.leader.election.enable") or "false").strip().lower()
+    if unclean == "true":
+        out.append(ReplicationFinding(topic, "unclean.leader.election.enable", "true", "false",
+                                      "a replica that missed writes may become the leader and drop them"))
+    return out
+
+
+def replication_findings(kafka: KafkaSettings | str, names: TopicNames,
+                         timeout: float = 30.0) -> list[ReplicationFinding]:
+    """The findings (:func:`topic_replication_findings`) of every existing topic of ``names``:
+    the cluster allows ``kafka.replication_factor`` replicas when set, else ``min(3, brokers)``
+    (one broker: nothing to find but an unclean election). Topics that do not exist are skipped."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    kafka = KafkaSettings.of(kafka)
+    admin = kafka.admin()
+    try:
+        md = admin.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise KafkaAdapterError(f"cannot reach Kafka at {kafka.bootstrap}: {exc}") from exc
+    wanted_rf, _config = replication(len(md.brokers), kafka.replication_factor)
+    topics = [t for t in names.all().values() if t in md.topics and md.topics[t].partitions]
+    if not topics:
+        return []
+    resources = [ConfigResource(ResourceType.TOPIC, t) for t in topics]
+    configs: dict[str, dict[str, str | None]] = {}
+    for res, fut in admin.describe_configs(resources, request_timeout=timeout).items():
+        try:
+            configs[res.name] = {k: None if e.value is None else str(e.value) for k, e in fut.result().items()}
+        except KafkaException as exc:
+            raise KafkaAdapterError(f"cannot read the config of topic {res.name}: {exc}") from exc
+    out: list[ReplicationFinding] = []
+    for topic in topics:
+        replicas = min(len(p.replicas) for p in md.topics[topic].partitions.values())
+        out += topic_replication_findings(topic, replicas, configs.get(topic, {}), wanted_rf)
+    return out
+
+
+def check_replication(kafka: KafkaSettings | str, names: TopicNames, timeout: float = 30.0) -> None:
+    """Raise :class:`UnderReplicatedError` (one line: topic, setting, value, the fix) when a
+    topic is replicated less safely than the cluster allows (:func:`replication_findings`)."""
+    kafka = KafkaSettings.of(kafka)
+    findings = replication_findings(kafka, names, timeout)
+    if findings:
+        raise UnderReplicatedError(findings, kafka.bootstrap)
 
 
 def seed_group_offsets(kafka: KafkaSettings | str, group_id: str, topics: Iterable[str], timeout: float = 10.0) -> int:

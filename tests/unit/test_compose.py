@@ -22,6 +22,7 @@ from streams.kafka import broker  # noqa: E402
 from streams.kafka.topics import AUDIT_TOPICS, TopicNames, standard_topics  # noqa: E402
 from streams.cli.worker import worker as worker_command  # noqa: E402
 
+KAFKA_NODES = ("kafka-1", "kafka-2", "kafka-3")
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
@@ -34,6 +35,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def _construct_mapping(loader, node, deep=False):
     seen = set()
     for key_node, _value in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` (the kafka nodes share one)
+            continue
         key = loader.construct_object(key_node, deep=deep)
         if key in seen and key != "<<":
             raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
@@ -121,7 +124,7 @@ def test_compose_is_valid_yaml_with_only_real_services():
     assert set(compose) <= {"services", "volumes", "networks", "configs", "secrets", "name"} | {
         k for k in compose if k.startswith("x-")}
     services = compose["services"]
-    assert set(services) == {"kafka", "topics", "worker"}, "placeholder services left over"
+    assert set(services) == {*KAFKA_NODES, "topics", "worker"}, "placeholder services left over"
     declared_volumes = set(compose.get("volumes") or {})
     for name, svc in services.items():
         assert svc.get("image") or svc.get("build"), name
@@ -132,7 +135,7 @@ def test_compose_is_valid_yaml_with_only_real_services():
             if not source.startswith((".", "/", "~")):
                 assert source in declared_volumes, f"{name}: volume {source} not declared"
     # `traintrace broker start --docker` brings up the services without a profile: kafka + topics
-    assert {n for n, s in services.items() if not s.get("profiles")} == {"kafka", "topics"}
+    assert {n for n, s in services.items() if not s.get("profiles")} == {*KAFKA_NODES, "topics"}
 
 
 def test_duplicate_keys_are_caught():
@@ -169,7 +172,7 @@ def _worker_envvars() -> dict[str, str]:
 
 def test_worker_env_and_flags_are_sane():
     compose = load()
-    kafka, worker = compose["services"]["kafka"], compose["services"]["worker"]
+    worker = compose["services"]["worker"]
     env = env_of(worker)
     command = worker["command"] if isinstance(worker["command"], list) else shlex.split(worker["command"])
     assert command[:2] == ["traintrace", "worker"]
@@ -179,9 +182,12 @@ def test_worker_env_and_flags_are_sane():
     for flag in command[2:]:
         if flag.startswith("--"):
             assert flag.split("=")[0] in {o for p in worker_command.params for o in p.opts}, flag
-    # bootstrap: the listener other containers use
-    advertised = env_of(kafka)["KAFKA_ADVERTISED_LISTENERS"]
-    assert env["KAFKA_BOOTSTRAP_SERVERS"] in {ln.split("://", 1)[1] for ln in advertised.split(",")}
+    # bootstrap: the listener other containers use, of every node
+    bootstrap = env["KAFKA_BOOTSTRAP_SERVERS"].split(",")
+    assert len(bootstrap) == len(KAFKA_NODES)
+    for name, address in zip(KAFKA_NODES, bootstrap):
+        advertised = env_of(compose["services"][name])["KAFKA_ADVERTISED_LISTENERS"]
+        assert address in {ln.split("://", 1)[1] for ln in advertised.split(",")}
     # HTTP views bound to every interface, on the published container port
     assert env["TRAINTRACE_WEB_HOST"] == "0.0.0.0"
     port = env.get("TRAINTRACE_WEB_PORT", "6066")
@@ -204,7 +210,7 @@ def test_worker_env_and_flags_are_sane():
 
 
 def test_kafka_host_port_is_what_broker_start_docker_returns():
-    kafka = load()["services"]["kafka"]
+    kafka = load()["services"]["kafka-1"]
     host = {str(p).split(":")[-2] for p in kafka["ports"]}
     assert broker.DOCKER_BOOTSTRAP.rsplit(":", 1)[1] in host
     assert "localhost:" + broker.DOCKER_BOOTSTRAP.rsplit(":", 1)[1] in env_of(kafka)["KAFKA_ADVERTISED_LISTENERS"]
@@ -223,3 +229,53 @@ def test_environment_overrides_do_not_leak_into_the_expectation(monkeypatch):
     # standard_topics reads TRAINTRACE_RETENTION_MS: the compose default (-1) matches the code's
     monkeypatch.delenv("TRAINTRACE_RETENTION_MS", raising=False)
     assert created_topics(load(dict(os.environ))) == expected_topics(8, -1)
+
+
+def test_three_combined_nodes_form_one_quorum():
+    compose = load()
+    envs = [env_of(compose["services"][name]) for name in KAFKA_NODES]
+    voters = {e["KAFKA_CONTROLLER_QUORUM_VOTERS"] for e in envs}
+    assert len(voters) == 1, "every node must name the same voters"
+    parsed = dict(v.split("@", 1) for v in voters.pop().split(","))
+    assert sorted(parsed) == ["1", "2", "3"]
+    assert len({e["CLUSTER_ID"] for e in envs}) == 1
+    host_ports, volumes = set(), set()
+    for name, e in zip(KAFKA_NODES, envs):
+        svc = compose["services"][name]
+        assert e["KAFKA_PROCESS_ROLES"] == "broker,controller"
+        node_id = e["KAFKA_NODE_ID"]
+        host, port = parsed[node_id].rsplit(":", 1)
+        assert host == svc["hostname"] == name
+        listeners = dict(ln.split("://", 1) for ln in e["KAFKA_LISTENERS"].split(","))
+        assert listeners["CONTROLLER"] == f":{port}"
+        advertised = dict(ln.split("://", 1) for ln in e["KAFKA_ADVERTISED_LISTENERS"].split(","))
+        assert advertised["DOCKER"] == f"{name}:{listeners['DOCKER'].lstrip(':')}"
+        published = [str(p) for p in svc["ports"]]
+        assert all(p.startswith("127.0.0.1:") for p in published)
+        assert advertised["HOST"] == f"localhost:{published[0].split(':')[1]}"
+        host_ports.add(published[0].split(":")[1])
+        volumes.add(svc["volumes"][0].split(":")[0])
+        assert svc["restart"] == "unless-stopped" and "healthcheck" in svc
+    assert len(host_ports) == 3 and len(volumes) == 3, "each node its own host port and volume"
+    assert {f"kafka-{i}" for i in (1, 2, 3)} <= set(compose["services"]["topics"]["depends_on"])
+
+
+def test_nodes_replicate_like_the_local_cluster():
+    from streams.kafka.cluster import cluster_properties
+
+    want = cluster_properties(3)
+    for name in KAFKA_NODES:
+        env = env_of(load()["services"][name])
+        for key, value in want.items():
+            assert env["KAFKA_" + key.upper().replace(".", "_")] == value, (name, key)
+
+
+def test_topics_are_created_replicated_like_ensure_topics():
+    from streams.kafka.topics import replication
+
+    script = load()["services"]["topics"]["command"][0]
+    create = script.split("create()", 1)[1].split("}", 1)[0]
+    rf, config = replication(3, None)
+    assert f"--replication-factor {rf}" in create
+    for key, value in config.items():
+        assert f"--config {key}={value}" in create
