@@ -94,7 +94,7 @@ def _read_input(a: Auditor) -> set[tuple[int, int]]:
                                      where=f"events[{origin[0]}]@{origin[1]}"))
                 seqs.add(ev.seq)
                 last_of_job[ev.job_id] = max(ev.seq, last if last is not None else -1)
-            a.items.append(FoldItem(cohort, ev, rec.timestamp, rec.partition, rec))
+            a.items.append(FoldItem(cohort, ev, rec.timestamp, rec.partition, rec, routed=r))
     a.tick("input", len(recs), len(recs))
     return routed
 

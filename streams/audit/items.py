@@ -24,6 +24,9 @@ class FoldItem:
     partition: int
     via: LogRecord
     tick: tuple[int, int] | None = None  # (now_ms, grace_ms) of a clock tick (event is None)
+    #: the routed event of the input record (``partition``, ``offset``, ``value``): what the
+    #: processor's fold holds a held event by (a snapshot's plain form of it)
+    routed: dict | None = None
 
     @property
     def where(self) -> str:

@@ -43,6 +43,7 @@ TOPICS: dict[str, str] = {
     "commitments": "commitments",
     "dlq": "dlq",
     "alerts": "alerts",
+    "snapshots": "snapshots",
 }
 
 

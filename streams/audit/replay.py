@@ -15,6 +15,9 @@ from streams.referee import records as R
 from streams.referee.referee import Referee
 from streams.audit.commitments import Expected, Targets, check_commitments, commitment_targets
 from streams.audit.items import where
+from streams.audit.snapshots import Targets as SnapTargets
+from streams.audit.snapshots import check_snapshots, snapshot_targets
+from streams.audit.snapshots import unreached as unreached_snapshots
 from streams.audit.report import Finding
 
 if TYPE_CHECKING:
@@ -27,15 +30,17 @@ def replay(a: Auditor) -> tuple[Expected, list[R.Emission], Referee]:
     referee = Referee(a.config)
     expected: Expected = {"control": [], "manifests": [], "commitments": []}
     pending = commitment_targets(a)
+    snaps = snapshot_targets(a)
     for cohort in list(pending):
         check_commitments(a, referee, cohort, pending, ("i", 0), expected)
         check_commitments(a, referee, cohort, pending, ("a", 0), expected)
-    _fold(a, referee, pending, expected)
+    _fold(a, referee, pending, expected, snaps)
     _unreached(a, pending)
+    unreached_snapshots(a, snaps)
     return expected, _halts_at_end(referee), referee
 
 
-def _fold(a: Auditor, referee: Referee, pending: Targets, expected: Expected) -> None:
+def _fold(a: Auditor, referee: Referee, pending: Targets, expected: Expected, snaps: SnapTargets) -> None:
     # cohort -> (items folded, events accepted)
     counts: dict[str, list[int]] = {}
     total = len(a.items)
@@ -69,6 +74,8 @@ def _fold(a: Auditor, referee: Referee, pending: Targets, expected: Expected) ->
                 referee.note_input(item.cohort, item.via.partition, item.via.offset)
                 check_commitments(a, referee, item.cohort, pending,
                                   ("o", item.via.partition, item.via.offset), expected)
+        if item.cohort in snaps and (n + 1 == total or items[n + 1].via is not item.via):
+            check_snapshots(a, referee, item.cohort, snaps, ("o", item.via.partition, item.via.offset))
     a.tick("replay", total, total)
 
 

@@ -11,13 +11,14 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-CHECKS = ("chains", "input", "commands", "manifests", "commitments")
+CHECKS = ("chains", "input", "commands", "manifests", "commitments", "snapshots")
 TITLES = {
     "chains": "hash chains and seq continuity",
     "input": "the processor's input is the events log",
     "commands": "every command follows from the log",
     "manifests": "every manifest version follows from the log",
     "commitments": "every commitment recomputes; with --trusted-keys, its signature verifies",
+    "snapshots": "every fold snapshot recomputes at the input it covers; with --trusted-keys, its signature verifies",
 }
 MAX_LISTED = 200  # findings kept per check (counts stay exact)
 

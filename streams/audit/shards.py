@@ -108,8 +108,11 @@ def _distribute(log: AuditLog, n: int, codec: Codec, shard_of_cohort: Callable[[
         shards[shard_of_cohort(cohort)].add(rec)
     for rec in log.topic("commitments"):
         shards[shard_of_cohort(rec.key or "")].add(rec)
+    for rec in log.topic("snapshots"):  # keyed "c:" + cohort (a round, "r", is nobody's)
+        key = rec.key or ""
+        shards[shard_of_cohort(key[2:]) if key.startswith("c:") else 0].add(rec)
     for shard in shards:
-        for t in ("events", "input", "control", "manifests", "commitments", "dlq"):
+        for t in ("events", "input", "control", "manifests", "commitments", "dlq", "snapshots"):
             if t in log.records or t in (log.meta.get("topics") or {}):
                 shard.records.setdefault(t, [])
         shard.records["dlq"] = list(log.topic("dlq"))

@@ -81,11 +81,24 @@ if TYPE_CHECKING:
               help="Run even when a topic has fewer replicas than min(3, brokers), min.insync.replicas below 2 "
                    "with 3 replicas, or unclean leader election on: warn instead of refusing. "
                    "[env TRAINTRACE_ALLOW_UNDER_REPLICATED]")
+@click.option("--snapshot-every", type=click.IntRange(min=0), envvar="TRAINTRACE_SNAPSHOT_EVERY", default=20_000,
+              show_default=True,
+              help="Snapshot a partition's changed cohorts to lineage.snapshots once this many events were folded "
+                   "there since the last round (0: never); a worker taking the partition over loads them and "
+                   "re-folds only what came after. [env TRAINTRACE_SNAPSHOT_EVERY]")
+@click.option("--snapshot-interval", type=click.FloatRange(min=0.1), envvar="TRAINTRACE_SNAPSHOT_INTERVAL",
+              default=60.0, show_default=True,
+              help="...or this many seconds after the last round, when anything was folded since. "
+                   "[env TRAINTRACE_SNAPSHOT_INTERVAL]")
+@click.option("--keep-settled/--evict-settled", "keep_settled", envvar="TRAINTRACE_KEEP_SETTLED", default=False,
+              show_default=True,
+              help="Whether a settled cohort (every job finished, every plan acknowledged) stays in memory after "
+                   "its snapshot, or leaves it until its next event. [env TRAINTRACE_KEEP_SETTLED]")
 @core_options
 def worker(bootstrap, kafka_config, topic_prefix, app_id, partitions, data_dir, store, web_port, web_host, grace_seconds, ack_timeout,
            commitment_interval, commit_interval, session_timeout, loglevel, signing_key, reset_data_dir,
-           retention_ms, allow_finite_retention, allow_under_replicated, window, spike_factor, taint_margin, require_sealed_events,
-           job_keys) -> None:
+           retention_ms, allow_finite_retention, allow_under_replicated, snapshot_every, snapshot_interval,
+           keep_settled, window, spike_factor, taint_margin, require_sealed_events, job_keys) -> None:
     """Run a processor worker: route lineage.events by cohort, fold each cohort through the
     lineage core, publish commands, manifests, alerts and commitments.
 
@@ -112,7 +125,8 @@ def worker(bootstrap, kafka_config, topic_prefix, app_id, partitions, data_dir, 
         grace_ms=int(grace_seconds * 1000), ack_timeout_ms=int(ack_timeout * 1000),
         commitment_interval_s=commitment_interval, commit_interval_s=commit_interval,
         session_timeout_s=session_timeout, loglevel=loglevel,
-        signing_key=signing_key, kafka=kafka,
+        signing_key=signing_key, kafka=kafka, snapshot_every=snapshot_every,
+        snapshot_interval_s=snapshot_interval, evict_settled=not keep_settled,
     )
     _prepare_data_dir(settings, reset_data_dir)
     err_console.print(f"traintrace worker: Kafka {kafka.bootstrap}, topics {topics.events} -> {topics.control}, "

@@ -105,6 +105,13 @@ def example_records() -> list[dict[str, Any]]:
         {"type": "LineageCommitment", "cohort_id": "c2", "root": _h(), "tree_size": 0, "heads": [],
          "snapshot": [], "ts": 0, "signature": None, "key_id": None, "log_root": None, "log_size": None,
          "input_partition": None, "input_offset": None},
+        # added in v7
+        {"type": "CohortSnapshot", "cohort_id": "c1", "partition": 2, "covers": 41, "input_offset": 40,
+         "settled": False, "format": 1, "digest": _h("state"), "state": b"x\x9c\x03\x00\x00\x00\x00\x01",
+         "ts": 1760000100008, "signature": bytes(range(64)), "key_id": "processor-1"},
+        {"type": "CohortSnapshot", "cohort_id": "", "partition": 0, "covers": 0, "input_offset": None,
+         "settled": True, "format": 1, "digest": _h(), "state": b"", "ts": 0, "signature": None, "key_id": None},
+        {"type": "SnapshotRound", "partition": 2, "covers": 41, "cohorts": 7, "written": 3, "ts": 1760000100009},
         {"type": "DeadLetter", "original_topic": "lineage.events", "original_partition": 3,
          "original_offset": 123456789, "original_key": b"job-a", "original_value": b"\xc3\x01garbage",
          "reason": "UNKNOWN_FINGERPRINT: no known schema has fingerprint 67617262616765", "error_kind": "UNKNOWN_FINGERPRINT",

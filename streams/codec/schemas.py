@@ -46,6 +46,9 @@ AGENT_RECORDS: tuple[str, ...] = (
     "PlanCleared",
     "CheckpointStatus",
     "EventBatch",
+    # added in v7
+    "CohortSnapshot",
+    "SnapshotRound",
 )
 
 _VERSION_DIR = re.compile(r"^v(\d+)$")

@@ -34,8 +34,9 @@ CLIENT_GROUP_PREFIX = "traintrace-client-"
 READER_GROUP_PREFIX = "traintrace-reader-"
 
 _PIPELINE = ("events", "control", "alerts", "manifests", "commitments", "dlq", "by_cohort", "checkpoints",
-             "job_cohorts")
-_AUDITED = ("events", "by_cohort", "control", "manifests", "commitments", "dlq", "alerts", "checkpoints")
+             "job_cohorts", "snapshots")
+_AUDITED = ("events", "by_cohort", "control", "manifests", "commitments", "dlq", "alerts", "checkpoints",
+            "snapshots")
 
 
 @dataclass(frozen=True)

@@ -87,11 +87,16 @@ class Referee:
         self.decided_halt: dict[str, R.Emission] = {}
         self.decided_manifest: dict[str, R.Emission] = {}
         self.stats = RefereeStats()
+        #: ``restorer(cohort)`` puts a cohort that left memory back from its snapshot (True), or
+        #: knows none (False); the worker sets it (streams.worker.snapshots)
+        self.restorer: Callable[[str], bool] | None = None
 
     # ------------------------------------------------------------------ engines
 
     def engine(self, cohort: str, partition: int | None = None) -> Lineage:
         lin = self.engines.get(cohort)
+        if lin is None and self.restorer is not None and self.restorer(cohort):
+            lin = self.engines.get(cohort)  # a cohort that left memory, back from its snapshot
         if lin is None:
             lin = self.engines[cohort] = Lineage(self.config)
         if partition is not None:
@@ -101,6 +106,12 @@ class Referee:
     def drop_partition(self, partition: int) -> list[str]:
         """Forget the cohorts of a revoked partition (a later owner rebuilds them)."""
         gone = [c for c, p in self.partition_of.items() if p == partition]
+        self.forget_cohorts(gone)
+        return gone
+
+    def forget_cohorts(self, gone: list[str]) -> None:
+        """Forget everything of these cohorts: a revoked partition's, or a settled cohort that
+        leaves memory (its snapshot brings it back: ``restorer``)."""
         gone_set = set(gone)
         for x in [x for x, c in self.incident_cohort.items() if c in gone_set]:
             # a later replay of the partition decides these versions again
@@ -108,20 +119,19 @@ class Referee:
             self.snapshots.pop(x, None)
             self.incident_cohort.pop(x, None)
         for c in gone:
-            self.engines.pop(c, None)
+            lin = self.engines.pop(c, None)
             self.partition_of.pop(c, None)
             self._dirty_cohorts.discard(c)
             self._last_root.pop(c, None)
             self.position.pop(c, None)
-        if gone:
-            keep = {j for c, lin in self.engines.items() for j in lin.state.jobs}
-            for d in (self.decided_plan, self.decided_halt):
-                for j in [j for j in d if j not in keep]:
-                    del d[j]
-            live = {x for lin in self.engines.values() for x in lin.incidents}
-            for x in [x for x in self.decided_manifest if x not in live]:
-                del self.decided_manifest[x]
-        return gone
+            if lin is not None:
+                for j in lin.state.jobs:
+                    self.decided_plan.pop(j, None)
+                    self.decided_halt.pop(j, None)
+                for x in lin.incidents:
+                    self.decided_manifest.pop(x, None)
+        for cid in [cid for cid, v in self.issued.items() if v[0] in gone_set]:
+            del self.issued[cid]
 
     # ------------------------------------------------------------------ events
 

@@ -202,3 +202,37 @@ def assert_live_equals_offline(bootstrap: str, topics: TopicNames, offline: dict
     for x, m in manifests.items():
         if x not in open_ids:  # closed: re-attributed or superseded, and says so
             assert m["attributed_to"] and not m["plans"], m
+
+
+def check_pipeline(bootstrap: str, topics: TopicNames, app_id: str, log: str, poison: int,
+                   allow_copies: bool = True, grace_s: float = 0.0, settle_timeout: float = 180.0,
+                   trusted_keys: Any = None) -> dict:
+    """Every invariant above, once the pipeline has settled: the group's committed offsets reach
+    the end of both inputs (:func:`~streams.worker.process.wait_quiescent`, again after a grace
+    period ``grace_s`` whose tick may still be running), every valid event routed once and in
+    order, the DLQ exactly the ``poison`` records, live equals ``analyze`` of the events file
+    ``log``, no command id with two contents, and ``audit`` of the topics passes (snapshots
+    included). Returns what was measured."""
+    import time
+
+    from streams.audit.analyze import analyze_file
+    from streams.audit.audit import audit
+    from streams.audit.log import load_topics
+    from streams.worker.process import wait_quiescent
+
+    wait_quiescent(bootstrap, app_id, topics, timeout=settle_timeout)
+    if grace_s:
+        time.sleep(grace_s + 1)
+        wait_quiescent(bootstrap, app_id, topics, timeout=60)
+    routing = assert_routed_once_in_order(bootstrap, topics, allow_copies=allow_copies)
+    assert len(routing.invalid) == poison, (len(routing.invalid), poison)
+    dead = dlq_origins(bootstrap, topics)
+    assert {(p, o) for (_t, p, o) in dead} == set(routing.invalid), (
+        f"the DLQ is not exactly the poison: {sorted(dead.items())[:8]} vs {routing.invalid[:8]}")
+    offline = analyze_file(str(log)).result
+    assert_live_equals_offline(bootstrap, topics, offline)
+    copies = assert_commands_consistent(bootstrap, topics)
+    kwargs = {} if trusted_keys is None else {"trusted_keys": trusted_keys}
+    report = audit(load_topics(bootstrap, topics), **kwargs)
+    assert report.passed, [f.line() for c in report.checks for f in c.failures][:10]
+    return {"routing": routing, "command_copies": copies, "offline": offline, "audit": report}

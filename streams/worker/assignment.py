@@ -20,6 +20,7 @@ from streams.worker import metrics
 from streams.worker.jobmap import read_map_partitions
 from streams.worker.recovery import Takeover, group_starts
 from streams.worker.settings import WorkerSettings
+from streams.worker.snapshots import SnapshotStore
 from streams.worker.stages import FoldStage, RouteStage
 
 log = logging.getLogger("traintrace.worker")
@@ -33,18 +34,20 @@ class Assignment:
     ``on_partitions_revoked`` / ``on_partitions_assigned`` and shutdown, and the commit timer."""
 
     def __init__(self, settings: WorkerSettings, route: RouteStage, fold: FoldStage, takeover: Takeover,
-                 commit_offsets: CommitOffsets) -> None:
+                 commit_offsets: CommitOffsets, snapshots: SnapshotStore | None = None) -> None:
         self.settings = settings
         self.route = route
         self.fold = fold
         self.takeover = takeover
         self.commit_offsets = commit_offsets
+        self.snapshots = snapshots
         #: by-cohort partition revoked -> position its kept state is at
         self.suspended: dict[int, int] = {}
 
-    async def commit(self, partitions: set[TP] | None = None) -> None:
+    async def commit(self, partitions: set[TP] | None = None) -> dict[TP, int]:
         """Commit the positions of owned partitions (all, or those of ``partitions``) that
-        moved. Call with both locks held: positions only move once outputs are flushed."""
+        moved; returns what was committed. Call with both locks held: positions only move once
+        outputs are flushed."""
         inputs = (self.route.input, self.fold.input)
         offsets: dict[TP, int] = {}
         for inp in inputs:
@@ -52,16 +55,27 @@ class Assignment:
             for p, o in inp.to_commit(parts).items():
                 offsets[TP(inp.topic, p)] = o
         if not offsets:
-            return
+            return {}
         if await self.commit_offsets(offsets):
             for inp in inputs:
                 inp.committed_at({tp.partition: o for tp, o in offsets.items() if tp.topic == inp.topic})
             metrics.COMMITS.inc()
+            return offsets
+        return {}
 
     async def commit_processed(self) -> None:
-        """The commit timer: both locks, then :meth:`commit`."""
+        """The commit timer: both locks, then :meth:`commit`; then the snapshot rounds due, at
+        the offsets just committed (where any later owner resumes, or before)."""
         async with self.route.lock, self.fold.lock:
-            await self.commit()
+            committed = await self.commit()
+            if self.snapshots is None:
+                return
+            folded = self.fold.folded
+            for tp, offset in sorted(committed.items()):
+                p = tp.partition
+                if tp.topic == self.fold.topic and self.snapshots.due(p, folded.get(p, 0)):
+                    await asyncio.get_running_loop().run_in_executor(None, self.snapshots.round, p, offset)
+                    folded[p] = 0
 
     async def revoked(self, revoked: set[TP]) -> None:
         # wait for the batches in flight, commit exactly what they processed while the
@@ -111,6 +125,8 @@ class Assignment:
             if p in starts and starts[p] == kept:
                 fold.assign(p, kept)  # back to this worker untouched: its state is current
                 continue
+            if self.snapshots is not None:
+                self.snapshots.drop_partition(p)
             referee.drop_partition(p)  # another worker moved it on (or has it): rebuild
             fold.position.pop(p, None)
         for p in mine:

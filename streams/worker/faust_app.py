@@ -47,6 +47,7 @@ from streams.worker.jobmap import JobCohortMap
 from streams.worker.outbox import Outbox
 from streams.worker.recovery import Takeover
 from streams.worker.settings import WorkerSettings
+from streams.worker.snapshots import SnapshotStore
 from streams.worker.stages import FoldStage, RouteStage, StallWatch, die, faust_record
 
 log = logging.getLogger("traintrace.worker")
@@ -113,8 +114,10 @@ def create_app(settings: WorkerSettings) -> faust.App:
     jobmap = JobCohortMap()  # job_id -> cohort_id, kept in lineage.job-cohorts
     route = RouteStage(settings, codec, jobmap, outbox, asyncio.Lock())  # the router
     fold = FoldStage(settings, codec, referee, outbox, asyncio.Lock())  # the fold (decide agent, timers)
-    assignment = Assignment(settings, route, fold, Takeover(settings, codec, referee, outbox, fold.input.position),
-                            commit_offsets=lambda offsets: app.consumer._commit(offsets))
+    snapshots = SnapshotStore(settings, codec, referee, signer)  # lineage.snapshots
+    assignment = Assignment(settings, route, fold,
+                            Takeover(settings, codec, referee, outbox, fold.input.position, snapshots),
+                            commit_offsets=lambda offsets: app.consumer._commit(offsets), snapshots=snapshots)
     stalls = StallWatch(settings, (route, fold),
                         faust_read_offset=lambda topic, p: app.consumer._read_offset.get(TP(topic, p)))
     housekeeping_ = Housekeeping(settings, codec, referee, outbox, clock, fold)
@@ -132,7 +135,7 @@ def create_app(settings: WorkerSettings) -> faust.App:
     async def on_assigned(app_, assigned, **kwargs) -> None:
         await assignment.assigned(assigned)
 
-    app.on_before_shutdown.connect(lambda *a, **kw: assignment.stop((clock.close, stalls.close)))
+    app.on_before_shutdown.connect(lambda *a, **kw: assignment.stop((clock.close, stalls.close, snapshots.close)))
 
     @app.timer(interval=settings.commit_interval_s)
     async def commit_positions() -> None:

@@ -85,6 +85,20 @@ HALTED = Gauge("traintrace_jobs_halted", "Halted jobs on this worker", registry=
 HELD = Gauge("traintrace_events_held", "Events of keyed jobs waiting for their job's seal (streams.core.seals)",
              registry=REGISTRY)
 
+SNAPSHOTS = Counter("traintrace_snapshots_written_total", "CohortSnapshot records written to lineage.snapshots",
+                    registry=REGISTRY)
+SNAPSHOT_SECONDS = Histogram("traintrace_snapshot_round_seconds",
+                             "One snapshot round of one partition (encode, write, wait for acks=all)",
+                             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+                             registry=REGISTRY)
+SNAPSHOTS_REFUSED = Counter("traintrace_snapshots_refused_total",
+                            "Snapshots not loaded (digest, signature or format): their partition re-folded",
+                            registry=REGISTRY)
+EVICTED = Counter("traintrace_cohorts_left_memory_total", "Settled cohorts that left memory after a snapshot",
+                  registry=REGISTRY)
+BROUGHT_BACK = Counter("traintrace_cohorts_brought_back_total",
+                       "Cohorts out of memory brought back from their snapshot by new input", registry=REGISTRY)
+
 
 def observe_referee(referee) -> None:
     incidents = plans = halted = held = 0

@@ -25,14 +25,16 @@ from streams.worker.errors import WorkerError
 from streams.worker.outbox import Outbox
 from streams.worker.published import read_published_commands
 from streams.worker.settings import WorkerSettings
+from streams.worker.snapshots import SnapshotStore
 
 log = logging.getLogger("traintrace.worker")
 
 
 def replay_partition(settings: WorkerSettings, codec: Codec, referee: Referee, partition: int,
-                     start: int, end: int) -> int:
+                     start: int, end: int, skip: dict[bytes, int] | None = None) -> int:
     """Fold ``lineage.by-cohort`` partition ``partition`` offsets [start, end) into the
-    referee without publishing. Returns the number of events folded."""
+    referee without publishing; a record keyed ``k`` before ``skip[k]`` is left out (its
+    cohort's snapshot covers it). Returns the number of events folded."""
     if end <= start:
         return 0
     topic = settings.topics.by_cohort
@@ -41,6 +43,8 @@ def replay_partition(settings: WorkerSettings, codec: Codec, referee: Referee, p
     complete: set[int] = set()
     for msg in read_range(settings.kafka, topic, {partition: (start, end)}, timeout=30.0, complete=complete):
         position = msg.offset() + 1
+        if skip and msg.offset() < skip.get(msg.key(), -1):
+            continue
         n += fold_batch(codec, referee, msg.value(), partition, msg.offset(), msg.timestamp()[1],
                         publish=False, on_reject=None)[0]
     if partition not in complete:
@@ -72,12 +76,13 @@ class Takeover:
     stage's."""
 
     def __init__(self, settings: WorkerSettings, codec: Codec, referee: Referee, outbox: Outbox,
-                 position: dict[int, int]) -> None:
+                 position: dict[int, int], snapshots: SnapshotStore | None = None) -> None:
         self.settings = settings
         self.codec = codec
         self.referee = referee
         self.outbox = outbox
         self.position = position
+        self.snapshots = snapshots
 
     async def _learn_published(self) -> dict[str, tuple[str, str]]:
         """Mark every command id on ``lineage.control`` published; the last plan record of each job."""
@@ -89,18 +94,26 @@ class Takeover:
     async def catch_up(self, partition: int, end: int) -> None:
         """Take over a by-cohort partition: learn every command id already published (a
         previous owner may have published for offsets it never committed), then replay the
-        partition up to ``end`` without publishing."""
+        partition up to ``end`` without publishing: from its snapshots on when there are any
+        (:mod:`streams.worker.snapshots`), else from its start."""
         loop = asyncio.get_running_loop()
         position, referee = self.position, self.referee
+        skip: dict[bytes, int] = {}
+        loaded = False
         if partition not in position:  # a takeover: learn what a previous owner published
             await self._learn_published()
+            if self.snapshots is not None and end > 0:
+                first, covered = await loop.run_in_executor(None, self.snapshots.load, partition, end)
+                position[partition] = first
+                skip = {c.encode(): o for c, o in covered.items()}
+                loaded = first > 0 or bool(covered)
         start = position.get(partition, 0)
-        if end <= start:
+        if end <= start and not loaded:
             position.setdefault(partition, start)
             return
         t = time.perf_counter()
         n = await loop.run_in_executor(None, replay_partition, self.settings, self.codec, referee, partition,
-                                       start, end)
+                                       start, end, skip)
         position[partition] = end
         metrics.REPLAYED.inc(n)
         # publish what the rebuilt state holds and lineage.control lacks (a previous owner may

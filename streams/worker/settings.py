@@ -42,6 +42,12 @@ class WorkerSettings:
     ack_timeout_ms: int = 300_000
     #: how often a LineageCommitment is published per changed cohort
     commitment_interval_s: float = 10.0
+    #: snapshots (streams.worker.snapshots): a round of a partition once this many events were
+    #: folded there since its last one (0: no snapshots), or every ``snapshot_interval_s`` with any
+    snapshot_every: int = 20_000
+    snapshot_interval_s: float = 60.0
+    #: settled cohorts leave memory after their snapshot
+    evict_settled: bool = True
     #: Faust: how often offsets are committed
     commit_interval_s: float = 1.0
     #: Kafka group session timeout: how fast a dead worker's partitions move
@@ -126,6 +132,9 @@ class WorkerSettings:
             session_timeout_s=get("TRAINTRACE_SESSION_TIMEOUT", positive(float, 1.0), 10.0),
             loglevel=get("TRAINTRACE_LOGLEVEL", choice("crit", "error", "warn", "info", "debug"), "info"),
             signing_key=signing_key,
+            snapshot_every=get("TRAINTRACE_SNAPSHOT_EVERY", positive(int, 0), 20_000),
+            snapshot_interval_s=get("TRAINTRACE_SNAPSHOT_INTERVAL", positive(float, 0.1), 60.0),
+            evict_settled=not get("TRAINTRACE_KEEP_SETTLED", _flag, False),
         )
 
 

@@ -187,6 +187,8 @@ class FoldStage(Stage):
                  lock: asyncio.Lock) -> None:
         super().__init__(settings, settings.topics.by_cohort, codec, outbox, lock)
         self.referee = referee
+        #: partition -> events folded since the last snapshot round (streams.worker.snapshots)
+        self.folded: dict[int, int] = {}
 
     def owns_cohort(self, cohort: str) -> bool:
         return self.referee.partition_of.get(cohort) in self.input.owned
@@ -200,6 +202,7 @@ class FoldStage(Stage):
         n, emissions = fold_batch(self.codec, self.referee, rec.value, rec.partition, rec.offset,
                                   rec.timestamp or now_ms(), True, functools.partial(self._reject, rec))
         out.extend(emissions)
+        self.folded[rec.partition] = self.folded.get(rec.partition, 0) + max(n, 1)  # a tick counts too
         metrics.FOLDED.inc(n)
 
     def _reject(self, rec: RawRecord, routed: dict[str, Any] | None, reason: str, kind: str) -> None:

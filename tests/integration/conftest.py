@@ -152,7 +152,8 @@ def pipeline(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., Any
         for i in range(workers):
             w = WorkerProcess(kafka_bootstrap, prefix, app_id, tmp_path / f"worker{i}", partitions,
                               extra_args=["--commit-interval", "0.2", "--grace-seconds", "4",
-                                          "--loglevel", "info", *extra_args]).start()
+                                          "--snapshot-interval", "0.5", "--loglevel", "info",
+                                          *extra_args]).start()
             procs.append(w)
             started.append(w)
         for w in procs:

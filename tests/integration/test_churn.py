@@ -28,15 +28,9 @@ import pytest
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
 from streams.codec import Codec
-from streams.audit.analyze import analyze_file
 from streams.testing.cohort import generate_cohorts, seal_events
-from streams.testing.invariants import (
-    assert_commands_consistent,
-    assert_live_equals_offline,
-    assert_routed_once_in_order,
-    dlq_origins,
-)
-from streams.worker.process import WorkerProcess, wait_quiescent
+from streams.testing.invariants import check_pipeline
+from streams.worker.process import WorkerProcess
 
 CODEC = Codec()
 GRACE_S = 4
@@ -120,6 +114,7 @@ def cluster(kafka_bootstrap, tmp_path):
         def new_worker(i: int) -> WorkerProcess:
             w = WorkerProcess(kafka_bootstrap, prefix, app_id, tmp_path / f"worker{i}", partitions,
                               extra_args=["--commit-interval", "0.2", "--grace-seconds", str(GRACE_S),
+                                          "--snapshot-every", "300", "--snapshot-interval", "1",
                                           "--loglevel", "info", *extra_args])
             made.append(w)
             return w
@@ -140,24 +135,8 @@ def write_log(path: Path, events: list[dict]) -> Path:
 
 def check_everything(bootstrap: str, topics: TopicNames, app_id: str, log: Path, poison: int,
                      allow_copies: bool, extra_dead: int = 0) -> dict:
-    """The invariants of issue 10, after the pipeline settles."""
-    wait_quiescent(bootstrap, app_id, topics, timeout=180)
-    time.sleep(GRACE_S + 1)  # a grace period may still be running: let its tick through
-    wait_quiescent(bootstrap, app_id, topics, timeout=60)
-    routing = assert_routed_once_in_order(bootstrap, topics, allow_copies=allow_copies)
-    assert len(routing.invalid) == poison
-    dead = dlq_origins(bootstrap, topics)
-    assert {(p, o) for (_t, p, o) in dead} == set(routing.invalid), (
-        f"the DLQ is not exactly the poison: {sorted(dead.items())[:8]} vs {routing.invalid[:8]}")
-    offline = analyze_file(str(log)).result
-    assert_live_equals_offline(bootstrap, topics, offline)
-    copies = assert_commands_consistent(bootstrap, topics)
-    from streams.audit.audit import audit
-    from streams.audit.log import load_topics
-
-    report = audit(load_topics(bootstrap, topics))
-    assert report.passed, [f.line() for c in report.checks for f in c.failures][:10]
-    return {"routing": routing, "command_copies": copies, "offline": offline}
+    """The invariants of issue 10, after the pipeline settles (a grace period's tick included)."""
+    return check_pipeline(bootstrap, topics, app_id, str(log), poison, allow_copies=allow_copies, grace_s=GRACE_S)
 
 
 @pytest.mark.parametrize("sealed", [False, True], ids=["plain", "sealed"])

@@ -216,7 +216,8 @@ def test_split_by_cohort_gives_the_same_report(tmp_path, monkeypatch):
 def test_events_only_log_skips_what_needs_the_processor():
     report = audit(load(str(Path(SCENARIOS) / "01_seed_example.jsonl")))
     assert report.passed
-    assert [c.name for c in report.checks if c.skipped] == ["input", "commands", "manifests", "commitments"]
+    assert [c.name for c in report.checks if c.skipped] == ["input", "commands", "manifests", "commitments",
+                                                                      "snapshots"]
 
 
 def test_unreadable_sources_are_named(tmp_path):

@@ -37,6 +37,11 @@ EXPECTED = {
     "traintrace_cohorts": "gauge",
     "traintrace_jobs_halted": "gauge",
     "traintrace_events_held": "gauge",
+    "traintrace_snapshots_written_total": "counter",
+    "traintrace_snapshot_round_seconds": "histogram",
+    "traintrace_snapshots_refused_total": "counter",
+    "traintrace_cohorts_left_memory_total": "counter",
+    "traintrace_cohorts_brought_back_total": "counter",
     HISTOGRAM: "histogram",
 }
 

@@ -1,0 +1,287 @@
+"""Snapshots of the fold on ``lineage.snapshots``: recovery that does not grow with history.
+
+Without them a worker taking a ``lineage.by-cohort`` partition over re-folds it from its first
+record. With them:
+
+- **Rounds.** Right after the worker commits a partition's offsets at ``P`` (so ``P`` is where
+  any later owner resumes, or beyond), when ``snapshot_every`` events were folded there since the
+  last round or ``snapshot_interval_s`` passed with any, it writes a ``CohortSnapshot`` of every
+  cohort of the partition that had input since its last one (the state covering all its input
+  before ``P``: :mod:`streams.referee.snapshots`), waits for them (``acks=all``), then writes a
+  ``SnapshotRound`` saying so. The topic is compacted by key (``c:<cohort>``, ``r``) and has the
+  partitions of ``lineage.by-cohort``: snapshot partition ``p`` holds partition ``p``'s cohorts.
+- **Recovery** (:meth:`SnapshotStore.load`): read snapshot partition ``p``; the last round at or
+  before the group's offset says where to start re-folding; each cohort's latest snapshot is
+  loaded; one written after that round (a round cut short by a crash) makes the replay skip the
+  cohort's records it already covers. No usable snapshot: the replay starts at 0, as before.
+- **Memory** follows the active cohorts: after a round, a *settled* cohort (every job finished,
+  every plan acknowledged) leaves memory; only where its snapshot is stays. Its next input
+  brings it back (``Referee.restorer``: one direct read of that record).
+
+The state is deterministic, so a snapshot is the same whoever writes it: an audit recomputes
+every digest (``streams.audit.snapshots``), and a worker signs them with its commitment key and
+refuses, at load, one whose digest or signature does not hold (it re-folds instead).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from streams.codec import Codec, DecodeError
+from streams.kafka.reader import read_range
+from streams.referee import snapshots as images
+from streams.referee.referee import Referee
+from streams.worker import metrics
+from streams.worker.clock import now_ms
+from streams.worker.errors import WorkerError
+from streams.worker.settings import WorkerSettings
+
+log = logging.getLogger("traintrace.worker")
+
+ROUND_KEY = b"r"
+COHORT_PREFIX = b"c:"
+#: the largest snapshot record the worker writes (the topic's max.message.bytes)
+MAX_RECORD = 64 * 1024 * 1024
+
+
+@dataclass
+class Latest:
+    """What the worker knows of a cohort's latest snapshot."""
+
+    covers: int
+    offset: int  # in the snapshot topic's partition
+    settled: bool = False
+
+
+class SnapshotStore:
+    def __init__(self, settings: WorkerSettings, codec: Codec, referee: Referee, signer: Any = None) -> None:
+        self.settings = settings
+        self.codec = codec
+        self.referee = referee
+        self.topic = settings.topics.snapshots
+        self.enabled = settings.snapshot_every > 0
+        self.sign = None
+        self.keys: dict[str, Any] = {}
+        if signer is not None:
+            from streams.signing import SnapshotSigner
+
+            self.sign = SnapshotSigner(signer.private_key)
+            self.keys = {self.sign.key_id: self.sign.public_key}
+        self.latest: dict[str, Latest] = {}  # cohort -> its latest snapshot (in memory or not)
+        self.out_of_memory: dict[str, int] = {}  # settled cohort out of memory -> its partition
+        self.last_round: dict[int, float] = {}  # partition -> monotonic time of its last round
+        self._producer = None
+        self._delivered: dict[str, int] = {}
+        self._errors: list[str] = []
+        referee.restorer = self.bring_back
+
+    # ------------------------------------------------------------------ rounds
+
+    def due(self, partition: int, folded: int) -> bool:
+        """Whether a round of ``partition`` is due, ``folded`` events after its last one."""
+        if not self.enabled or folded == 0:
+            return False
+        since = time.monotonic() - self.last_round.get(partition, 0.0)
+        return folded >= self.settings.snapshot_every or since >= self.settings.snapshot_interval_s
+
+    def round(self, partition: int, covers: int) -> int:
+        """Write the snapshots of ``partition``'s cohorts that changed and the round record;
+        then let its settled cohorts leave memory. Call under the fold's lock, right after
+        ``covers`` was committed. Returns the number of cohort snapshots written."""
+        t0 = time.perf_counter()
+        referee = self.referee
+        cohorts = sorted(c for c, p in referee.partition_of.items() if p == partition and c in referee.engines)
+        written: dict[str, bool] = {}
+        for cohort in cohorts:
+            pos = referee.position.get(cohort)
+            last = self.latest.get(cohort)
+            if last is not None and (pos is None or pos[1] < last.covers):
+                continue  # no input since its last snapshot
+            written[cohort] = self._send_cohort(cohort, partition, covers, pos)
+        self._flush()
+        for cohort, settled in written.items():
+            self.latest[cohort] = Latest(covers, self._delivered.pop(cohort), settled)
+        known = sum(1 for c in self.latest if self._partition_of(c) == partition)
+        self._send(ROUND_KEY, "SnapshotRound", {"partition": partition, "covers": covers, "cohorts": known,
+                                                "written": len(written), "ts": now_ms()}, partition)
+        self._flush()
+        self.last_round[partition] = time.monotonic()
+        evicted = self._evict(cohorts, partition) if self.settings.evict_settled else 0
+        metrics.SNAPSHOTS.inc(len(written))
+        metrics.SNAPSHOT_SECONDS.observe(time.perf_counter() - t0)
+        log.debug("snapshot round %s[%d]@%d: %d written, %d left memory, %.3fs", self.topic, partition, covers,
+                  len(written), evicted, time.perf_counter() - t0)
+        return len(written)
+
+    def _partition_of(self, cohort: str) -> int | None:
+        p = self.referee.partition_of.get(cohort)
+        return p if p is not None else self.out_of_memory.get(cohort)
+
+    def _send_cohort(self, cohort: str, partition: int, covers: int, pos: tuple[int, int] | None) -> bool:
+        encoded = images.encode(self.referee, cohort)
+        settled = images.settled(self.referee.engines[cohort])
+        record = {"cohort_id": cohort, "partition": partition, "covers": covers,
+                  "input_offset": pos[1] if pos is not None else None, "settled": settled,
+                  "format": images.FORMAT, "digest": images.digest(encoded), "state": images.compress(encoded),
+                  "ts": now_ms(), "signature": None, "key_id": None}
+        if self.sign is not None:
+            record = self.sign(record)
+        self._send(COHORT_PREFIX + cohort.encode(), "CohortSnapshot", record, partition, cohort)
+        return settled
+
+    def _evict(self, cohorts: list[str], partition: int) -> int:
+        referee, n = self.referee, 0
+        for cohort in cohorts:
+            last = self.latest.get(cohort)
+            lin = referee.engines.get(cohort)
+            if last is None or lin is None or not images.settled(lin) or referee.position.get(cohort, (0, -1))[1] >= last.covers:
+                continue
+            referee.forget_cohorts([cohort])
+            self.out_of_memory[cohort] = partition
+            n += 1
+        if n:
+            metrics.EVICTED.inc(n)
+        return n
+
+    # ------------------------------------------------------------------ the producer
+
+    def _producer_(self):
+        if self._producer is None:
+            self._producer = self.settings.kafka.producer(**{"linger.ms": 5, "message.max.bytes": MAX_RECORD})
+        return self._producer
+
+    def _send(self, key: bytes, record: str, value: dict[str, Any], partition: int, cohort: str | None = None) -> None:
+        producer = self._producer_()
+
+        def delivered(err, msg) -> None:
+            if err is not None:
+                self._errors.append(str(err))
+            elif cohort is not None:
+                self._delivered[cohort] = msg.offset()
+
+        while True:
+            try:
+                producer.produce(self.topic, key=key, value=self.codec.encode_record(record, value),
+                                 headers=self.codec.headers.record(record), partition=partition,
+                                 on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+
+    def _flush(self) -> None:
+        remaining = self._producer_().flush(60)
+        if remaining or self._errors:
+            errors, self._errors = self._errors, []
+            raise WorkerError(f"snapshots to {self.topic} not delivered ({remaining} pending): {errors[:3]}")
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(10)
+
+    # ------------------------------------------------------------------ recovery
+
+    def load(self, partition: int, end: int) -> tuple[int, dict[str, int]]:
+        """Before re-folding ``lineage.by-cohort[partition]`` up to ``end``: load the latest
+        snapshots; returns (the offset to re-fold from, cohort -> offset its re-fold starts at
+        where that is later)."""
+        if not self.enabled:
+            return 0, {}
+        t0 = time.perf_counter()
+        rounds, latest, records = self._scan(partition, end)
+        start = max(rounds, default=0)
+        skip: dict[str, int] = {}
+        loaded: list[str] = []
+        for cohort in sorted(latest):
+            last = latest[cohort]
+            value = records[cohort]
+            if last.covers > start:
+                skip[cohort] = last.covers
+            if last.settled and last.covers <= start:
+                self.latest[cohort] = last
+                self.out_of_memory[cohort] = partition  # back when its next input arrives
+                continue
+            if not self._restore(cohort, partition, value):  # unusable: re-fold the partition from 0
+                self.referee.forget_cohorts(loaded)
+                self.drop_partition(partition)
+                return 0, {}
+            self.latest[cohort] = last
+            loaded.append(cohort)
+        self.last_round[partition] = time.monotonic()
+        log.info("%s[%d]: %d snapshot(s) loaded, %d settled left out of memory; re-folding from %d (of %d) "
+                 "in %.2fs", self.topic, partition, len(loaded), len(latest) - len(loaded), start, end,
+                 time.perf_counter() - t0)
+        return start, skip
+
+    def _scan(self, partition: int, end: int) -> tuple[list[int], dict[str, Latest], dict[str, dict]]:
+        """The rounds (their ``covers``) and each cohort's latest snapshot at or before ``end``."""
+        rounds: list[int] = []
+        latest: dict[str, Latest] = {}
+        records: dict[str, dict] = {}
+        for msg in read_range(self.settings.kafka, self.topic, {partition: (0, None)}, timeout=30.0):
+            try:
+                name, value = self.codec.decode_record(msg.value())
+            except (DecodeError, ValueError) as exc:
+                log.warning("%s[%d]@%d: not a snapshot (%s): ignored", self.topic, partition, msg.offset(), exc)
+                continue
+            if value.get("covers", end + 1) > end or value.get("partition") != partition:
+                continue  # beyond the group's offset (or misfiled): not a state to resume from
+            if name == "SnapshotRound":
+                rounds.append(value["covers"])
+            elif name == "CohortSnapshot":
+                cohort = value["cohort_id"]
+                prev = latest.get(cohort)
+                if prev is None or value["covers"] >= prev.covers:
+                    latest[cohort] = Latest(value["covers"], msg.offset(), value["settled"])
+                    records[cohort] = value
+        return rounds, latest, records
+
+    def _restore(self, cohort: str, partition: int, value: dict) -> bool:
+        if self.keys:
+            from streams.signing import check_snapshot
+
+            ok, reason = check_snapshot(value, self.keys)
+            if not ok:
+                log.warning("snapshot of cohort %r refused (%s): re-folding its partition", cohort, reason)
+                metrics.SNAPSHOTS_REFUSED.inc()
+                return False
+        try:
+            encoded = images.decompress(value["state"], value["digest"])
+            images.restore(self.referee, cohort, partition, encoded)
+        except images.SnapshotRejected as exc:
+            log.warning("snapshot of cohort %r refused (%s): re-folding its partition", cohort, exc)
+            metrics.SNAPSHOTS_REFUSED.inc()
+            return False
+        if value.get("input_offset") is not None:
+            self.referee.position[cohort] = (partition, value["input_offset"])
+        return True
+
+    def bring_back(self, cohort: str) -> bool:
+        """``Referee.restorer``: a settled cohort out of memory, back from its snapshot."""
+        partition = self.out_of_memory.get(cohort)
+        last = self.latest.get(cohort)
+        if partition is None or last is None:
+            return False
+        msgs = list(read_range(self.settings.kafka, self.topic, {partition: (last.offset, last.offset + 1)},
+                               timeout=30.0))
+        if not msgs:
+            raise WorkerError(f"the snapshot of cohort {cohort!r} at {self.topic}[{partition}]@{last.offset} "
+                              "is gone; restart the worker to re-fold the partition")
+        name, value = self.codec.decode_record(msgs[0].value())
+        if name != "CohortSnapshot" or value["cohort_id"] != cohort or not self._restore(cohort, partition, value):
+            raise WorkerError(f"{self.topic}[{partition}]@{last.offset} is not the snapshot of cohort {cohort!r}")
+        del self.out_of_memory[cohort]
+        metrics.BROUGHT_BACK.inc()
+        return True
+
+    def drop_partition(self, partition: int) -> None:
+        """Forget what is known of a revoked partition's snapshots."""
+        for cohort in [c for c, p in self.out_of_memory.items() if p == partition]:
+            del self.out_of_memory[cohort]
+            self.latest.pop(cohort, None)
+        for cohort in [c for c in self.latest if self.referee.partition_of.get(c) == partition]:
+            del self.latest[cohort]
+        self.last_round.pop(partition, None)
