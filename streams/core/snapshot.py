@@ -25,8 +25,10 @@ item is a tag: ``t`` tuple, ``f`` frozenset, ``b`` bytes (base64), and, numbered
 so that a later ``["r", n]`` refers back to them, ``l`` list, ``d`` dict (keys and values
 alternating), ``s`` set, ``a`` array (typecode, little-endian base64), ``B`` bytearray and ``o``
 object (class name, its slots in order — ``["u"]`` for an unset one — then name/value pairs of
-its ``__dict__``); ``x`` names a substitute. :func:`digest` is over the version and the
-uncompressed JSON, so two zlib builds (zlib, zlib-ng) that compress differently agree on it.
+its ``__dict__``); ``v`` an immutable value object (an event, a verdict: class name and slots,
+written in full wherever it occurs, never numbered); ``x`` names a substitute. :func:`digest` is
+over the version and the uncompressed JSON, so two zlib builds (zlib, zlib-ng) that compress
+differently agree on it.
 
 What is not serialised: the :class:`~streams.core.state.Config` (the restoring worker supplies
 its own; the snapshot keeps its SPEC §5 tunables and refuses a config that folds differently),
@@ -84,12 +86,14 @@ class SnapshotError(CoreError):
 class _Spec:
     """How one registered class is written and rebuilt."""
 
-    __slots__ = ("name", "cls", "slots", "has_dict", "transient", "unordered", "sort_at", "get", "setters")
+    __slots__ = ("name", "cls", "slots", "has_dict", "transient", "unordered", "sort_at", "get", "setters",
+                 "value")
 
     def __init__(self, name: str, cls: type, transient: Mapping[str, Callable[[], Any]],
-                 unordered: Iterable[str]) -> None:
+                 unordered: Iterable[str], value: bool = False) -> None:
         self.name = name
         self.cls = cls
+        self.value = value
         self.transient = dict(transient)
         self.unordered = frozenset(unordered)
         slots: list[str] = []
@@ -134,7 +138,7 @@ class SnapshotCodec:
 
     def register(self, cls: type, name: str | None = None,
                  transient: Mapping[str, Callable[[], Any]] | None = None,
-                 unordered: Iterable[str] = ()) -> type:
+                 unordered: Iterable[str] = (), value: bool = False) -> type:
         """Allow instances of ``cls`` (exactly that class, not its subclasses) in snapshots.
 
         ``name`` is how the snapshot names it (default ``module.qualname``); ``transient`` maps
@@ -142,14 +146,17 @@ class SnapshotCodec:
         ``unordered`` names dict attributes whose order means nothing (indexes filled by
         iterating sets): they are written sorted by key, like sets. Works for plain
         ``__dict__`` classes, ``__slots__`` classes and dataclasses (frozen or not, slots or
-        not). Returns ``cls``, so it can decorate."""
+        not). ``value``: its instances are immutable values (frozen events): written in full
+        wherever they occur, never as a reference, so whether two places hold one instance or
+        two equal ones (a fold that decoded a redelivered event again, or not) does not change
+        the bytes. Returns ``cls``, so it can decorate."""
         if not isinstance(cls, type) or cls.__module__ == "builtins":
             raise SnapshotError(f"cannot register {cls!r}: only classes of your own can be registered")
         name = name or f"{cls.__module__}.{cls.__qualname__}"
         if name in self._by_name and self._by_name[name].cls is not cls:
             raise SnapshotError(f"cannot register {cls!r} as {name!r}: the name is taken by "
                                 f"{self._by_name[name].cls!r}")
-        spec = _Spec(name, cls, transient or {}, unordered)
+        spec = _Spec(name, cls, transient or {}, unordered, value)
         self._by_name[name] = spec
         self._by_type[cls] = spec
         return cls
@@ -389,6 +396,8 @@ class _Encoder:
         return ["a", v.typecode, base64.b64encode(v.tobytes()).decode("ascii")]
 
     def _object(self, spec: _Spec, v: Any) -> list:
+        if spec.value:
+            return self._value(spec, v)
         self._number(v)
         enc = self.enc
         out: list[Any] = ["o", spec.name]
@@ -403,6 +412,10 @@ class _Encoder:
                     out.append(self._field(x, k not in unordered))
         return out
 
+    def _value(self, spec: _Spec, v: Any) -> list:
+        enc = self.enc
+        return ["v", spec.name, *[["u"] if x is _UNSET else enc(x) for x in spec.values(v)]]
+
 
 # --------------------------------------------------------------------------- decoding
 
@@ -415,7 +428,7 @@ class _Decoder:
         self.table: dict[str, Callable[[list], Any]] = {
             "l": self._list, "d": self._dict, "t": self._tuple, "s": self._set, "f": self._frozenset,
             "b": self._bytes, "B": self._bytearray, "a": self._array, "o": self._object,
-            "r": self._ref, "x": self._subst,
+            "r": self._ref, "x": self._subst, "v": self._value,
         }
 
     def dec(self, v: Any) -> Any:
@@ -499,10 +512,25 @@ class _Decoder:
             raise SnapshotError(f"snapshot needs the substitute {str(name)[:60]!r}, which the reader did not give")
         return self.subst[name]
 
+    def _value(self, v: list) -> Any:
+        """An immutable value object, written in full (not numbered)."""
+        name = v[1] if len(v) > 1 else None
+        spec = self.specs.get(name) if type(name) is str else None
+        if spec is None or not spec.value:
+            raise SnapshotError(f"snapshot names value class {str(name)[:80]!r}, which is not allowed here")
+        if len(v) - 2 != len(spec.slots) or spec.has_dict:
+            raise SnapshotError(f"snapshot holds a {spec.name} with the wrong number of fields")
+        obj = object.__new__(spec.cls)
+        dec = self.dec
+        for setter, x in zip(spec.setters, v[2:]):
+            if not (type(x) is list and x == ["u"]):
+                setter(obj, dec(x))
+        return obj
+
     def _object(self, v: list) -> Any:
         name = v[1] if len(v) > 1 else None
         spec = self.specs.get(name) if type(name) is str else None
-        if spec is None:
+        if spec is None or spec.value:
             raise SnapshotError(f"snapshot names class {str(name)[:80]!r}, which is not allowed here")
         n = len(spec.slots)
         extra = len(v) - 2 - n
@@ -542,9 +570,13 @@ def register_core(codec: SnapshotCodec) -> SnapshotCodec:
     from streams.core.state import (Checkpoint, Config, Consumption, Dirty, FoldResult, Incarnation, Job,
                                     LineageState)
 
+    # the events and verdicts are immutable values: written in full wherever they sit, so the
+    # bytes do not depend on whether a caller handed the fold one object twice (the audit's
+    # redelivered copies) or two equal ones (a worker decoding each copy)
     for cls in (E.JobStarted, E.Progress, E.CheckpointWritten, E.CheckpointConsumed, E.DivergenceReported,
-                E.RolledBack, E.JobFinished, Checkpoint, Consumption, Job, Dirty, FoldResult, Held,
-                Verdict, CompactRange):
+                E.RolledBack, E.JobFinished, Verdict):
+        codec.register(cls, value=True)
+    for cls in (Checkpoint, Consumption, Job, Dirty, FoldResult, Held, CompactRange):
         codec.register(cls)
     # indexes the fold fills by iterating sets of (job, incarnation): their insertion order
     # follows string hashing, and nothing reads them in order (lookups, or sorted output)

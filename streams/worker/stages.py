@@ -18,11 +18,11 @@ import logging
 import os
 from typing import Any, Callable
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 from streams.codec import Codec, DecodeError
 from streams.kafka.errors import KafkaSecurityError
-from streams.kafka.reader import read_range
+from streams.kafka.reader import ReaderError, read_range
 from streams.referee.input import fold_batch
 from streams.referee.records import Emission
 from streams.referee.referee import Referee
@@ -262,8 +262,12 @@ class StallWatch:
         loop = asyncio.get_running_loop()
         topic = stage.topic
         pos = stage.input.position.get(p)
-        _low, high = await loop.run_in_executor(
-            None, lambda: self.watermarks.get_watermark_offsets(TopicPartition(topic, p), timeout=10))
+        try:
+            _low, high = await loop.run_in_executor(
+                None, lambda: self.watermarks.get_watermark_offsets(TopicPartition(topic, p), timeout=10))
+        except KafkaException as exc:  # a broker mid-failover: look again on the next pass
+            log.warning("%s[%d]: end offset unavailable (%s): stall check skipped this pass", topic, p, exc)
+            return
         key = (topic, p)
         # Faust's own read offset: a stall only once Faust has read the partition to its end
         # (it still has a backlog to deliver otherwise: reading it here as well would only
@@ -275,8 +279,12 @@ class StallWatch:
         if self.waiting.get(key) != pos:
             self.waiting[key] = pos
             return
-        records = await loop.run_in_executor(None, read_records, self.settings, topic, p, pos,
-                                             min(high, pos + self.max_records))
+        try:
+            records = await loop.run_in_executor(None, read_records, self.settings, topic, p, pos,
+                                                 min(high, pos + self.max_records))
+        except ReaderError as exc:  # likewise: the next pass reads them
+            log.warning("%s[%d]: could not read the waiting records (%s): next pass", topic, p, exc)
+            return
         log.info("%s[%d]: no progress past %d with %d record(s) waiting: processing them from the topic",
                  topic, p, pos, high - pos)
         metrics.DIRECT_READS.inc()

@@ -147,3 +147,22 @@ def test_other_tunables_are_refused():
     c = sorted(ref.engines)[0]
     with pytest.raises(images.SnapshotRejected, match="tunables"):
         images.restore(Referee(Config(window=8)), c, 0, images.encode(ref, c))
+
+
+def test_the_bytes_do_not_depend_on_whether_redelivered_events_are_one_object_or_two():
+    """The audit hands the fold one event object per logged record, so a redelivered copy is
+    the same object; a worker decodes each copy anew. Held events (sealed jobs) keep them:
+    the snapshot must not tell the two apart (events are written as values)."""
+    dicts = list(seal_events(generate_cohorts(jobs=6, cohort_size=6, steps=80, seed=11), every=7, seed=11))
+    pairs = list(routed(dicts))
+    shared, fresh = Referee(), Referee()
+    for i, (c, ev) in enumerate(pairs):
+        again = pairs[max(0, i - 3)][1]  # a redelivery of an event three back, now and then
+        for r, e in ((shared, ev), (fresh, ev)):
+            r.handle(c, e, 1_000 + i, partition=0)
+        if i % 5 == 0:
+            shared.handle(c, again, 1_000 + i, partition=0)
+            fresh.handle(c, parse_event(dicts[max(0, i - 3)]), 1_000 + i, partition=0)
+        if i % 9 == 0:
+            for cohort in shared.engines:
+                assert images.encode(shared, cohort) == images.encode(fresh, cohort), (i, cohort)
