@@ -1,0 +1,125 @@
+"""Faults of a production deployment, on a three-node cluster (RF 3, ``min.insync.replicas`` 2,
+``acks=all``) with two workers, events streaming with poison, and a real job client where the
+case is about one.
+
+Each case injects one fault mid-stream, undoes it, and then asserts every invariant of the churn
+test (``streams.testing.invariants.check_pipeline``): every valid event routed once and in its
+job's order, the DLQ exactly the poison, live equals ``analyze``, no command id with two
+contents, ``audit`` passes (snapshots included), committed offsets reach the end. Recovery times
+are recorded (``tests.faults.harness``), printed at the end of the session, never asserted.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+
+from tests.faults.jobs import assert_one_chain, job_records, run_job
+
+
+def _restart_node(cluster, case, node_id: int) -> None:
+    t = time.monotonic()
+    cluster.start_node(node_id, timeout=90)
+    case.notes.setdefault("node_restart_s", []).append(round(time.monotonic() - t, 2))
+
+
+def test_kill_9_the_leader_of_an_events_partition(case, fault_cluster):
+    c = case("leader kill -9", seed=1).start()
+    time.sleep(4)
+    leader = fault_cluster.leader_of(c.topics.events, 0)
+    c.fault(f"kill -9 node {leader} (leads events/0)")
+    fault_cluster.kill(leader, signal.SIGKILL)
+    time.sleep(4)
+    _restart_node(fault_cluster, c, leader)
+    c.finish()
+
+
+def test_sigstop_a_broker_longer_than_the_session_timeout(case, fault_cluster):
+    c = case("broker SIGSTOP 10 s", seed=2).start()
+    time.sleep(3)
+    leader = fault_cluster.leader_of(c.topics.events, 1)
+    c.fault(f"SIGSTOP node {leader} (leads events/1) 10 s")
+    fault_cluster.pause(leader)
+    try:
+        time.sleep(10)  # the workers' session timeout is 6 s, the brokers' 9 s
+    finally:
+        fault_cluster.resume(leader)
+    c.finish()
+
+
+def test_kill_9_the_active_controller(case, fault_cluster):
+    c = case("controller kill -9", seed=3)
+    controller = fault_cluster.active_controller()  # asked first: it takes seconds (a JVM)
+    c.start()
+    time.sleep(4)
+    c.fault(f"kill -9 node {controller} (active controller)")
+    fault_cluster.kill(controller, signal.SIGKILL)
+    time.sleep(4)
+    _restart_node(fault_cluster, c, controller)
+    c.finish()
+
+
+def test_a_rolling_restart_of_every_broker(case, fault_cluster):
+    c = case("rolling restart", seed=4, seconds=25).start()
+    time.sleep(3)
+    c.fault("clean stop + start of nodes 1, 2, 3 in turn")
+    for node in fault_cluster.nodes:
+        fault_cluster.stop_node(node.node_id, timeout=30)
+        time.sleep(1)
+        _restart_node(fault_cluster, c, node.node_id)
+    c.finish()
+
+
+def test_a_worker_restarted_on_an_empty_state_directory(case, fault_cluster):
+    c = case("worker state wiped", seed=5).start()
+    time.sleep(5)
+    w = c.workers[1]
+    c.fault("kill -9 worker 1, rm -rf its data dir, restart it")
+    w.kill()
+    shutil.rmtree(w.data_dir)
+    assert not w.data_dir.exists()
+    time.sleep(2)
+    t = time.monotonic()
+    w.start().wait_ready()
+    c.notes["worker_ready_s"] = round(time.monotonic() - t, 2)
+    c.finish()
+
+
+def test_a_job_killed_before_its_producer_flushed_resumes_from_its_journal(case, fault_cluster):
+    job = "fault-job"
+    c = case("job kill -9 unflushed", seed=6).start()
+    jdir = c.tmp / "jobs" / job
+    proc = run_job(c.tmp, [job, str(jdir), c.bootstrap, c.prefix, "0", str(10**6), "0"])
+    pending = 0
+    try:
+        for line in proc.stdout:
+            parts = line.split()
+            if parts[:1] == ["step"] and int(parts[1]) >= 300 and int(parts[3]) > 0:
+                pending = int(parts[3])
+                break
+        c.fault(f"kill -9 the job with {pending} event(s) unacknowledged")
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait(30)
+    assert pending > 0, "the job never had events in flight"
+    proc = run_job(c.tmp, [job, str(jdir), c.bootstrap, c.prefix, "5000", "5100", "1"])
+    try:
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        proc.wait(30)
+    assert proc.returncode == 0, out
+    lines = [x.split() for x in out.splitlines() if not x.startswith("traintrace client:")]
+    flushed = next(x for x in lines if x[0] == "flushed")
+    assert int(flushed[2]) == 0, out
+    c.notes["journal_resend_s"] = round(float(flushed[1]), 2)
+    c.notes["unacked_at_kill"] = pending
+    final_seq, left = map(int, lines[-1][1:])
+    assert left == 0
+    records = job_records(c.bootstrap, c.topics, job)
+    c.notes["job_copies"] = assert_one_chain(records)
+    assert max(d["seq"] for _v, d in records) == final_seq
+    c.finish(extra_log=[d for _v, d in records])
