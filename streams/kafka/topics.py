@@ -174,8 +174,11 @@ def standard_topics(names: TopicNames, partitions: int = 8,
 
 
 #: the config of ``lineage.snapshots``: compacted by cohort key (the latest snapshot), records up
-#: to 64 MiB (a cohort's serialised state), compacted as soon as the cleaner runs
-SNAPSHOT_CONFIG = {"cleanup.policy": "compact", "max.message.bytes": "67108864", "min.compaction.lag.ms": "0"}
+#: to 64 MiB (a cohort's serialised state), compacted as soon as the cleaner runs; segments roll
+#: at 16 MiB or 10 minutes (the cleaner never compacts the active segment, and a recovering
+#: worker reads the whole partition: what it reads follows the cohorts, not the history)
+SNAPSHOT_CONFIG = {"cleanup.policy": "compact", "max.message.bytes": "67108864", "min.compaction.lag.ms": "0",
+                   "segment.bytes": "16777216", "segment.ms": "600000", "min.cleanable.dirty.ratio": "0.1"}
 
 
 @dataclass(frozen=True)
