@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -200,6 +200,8 @@ def topic_partitions(kafka: KafkaSettings | str, topic: str, timeout: float = CO
         c.consumer.close()
 
 
+T = TypeVar("T")
+
 _TRANSIENT = frozenset({
     KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError.LEADER_NOT_AVAILABLE,
@@ -207,25 +209,39 @@ _TRANSIENT = frozenset({
     KafkaError.REQUEST_TIMED_OUT,
     KafkaError._TIMED_OUT,
     KafkaError._TRANSPORT,
+    # a broker killed mid-request (its connection torn down): another replica leads shortly
+    KafkaError._DESTROY_BROKER,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
 })
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A Kafka error a moment later may not repeat: a moving leader, a broker going away."""
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return isinstance(err, KafkaError) and (err.retriable() or err.code() in _TRANSIENT)
+
+
+def retry_transient(call: Callable[[float], T], what: str, timeout: float) -> T:
+    """``call(seconds left)`` until it returns, retrying :func:`is_transient` errors for up to
+    ``timeout`` seconds; then (or on any other Kafka error) :class:`ReaderError` naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call(min(5.0, max(0.1, deadline - time.monotonic())))
+        except KafkaException as exc:
+            if not is_transient(exc) or time.monotonic() >= deadline:
+                raise ReaderError(f"cannot get {what}: {_text(exc)}") from exc
+            time.sleep(0.2)
 
 
 def _watermarks(consumer: Consumer, bootstrap: str, topic: str, partition: int,
                 timeout: float) -> tuple[int, int]:
     """(low, high) of one partition, retrying what a fresh topic or a moving leader causes."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return consumer.get_watermark_offsets(
-                TopicPartition(topic, partition),
-                timeout=min(5.0, max(0.1, deadline - time.monotonic())), cached=False)
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            transient = isinstance(err, KafkaError) and (err.retriable() or err.code() in _TRANSIENT)
-            if not transient or time.monotonic() >= deadline:
-                raise ReaderError(f"cannot get the end offsets of {topic!r}[{partition}] on "
-                                  f"{bootstrap}: {_text(exc)}") from exc
-            time.sleep(0.2)
+    return retry_transient(
+        lambda left: consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=left, cached=False),
+        f"the end offsets of {topic!r}[{partition}] on {bootstrap}", timeout)
 
 
 def read_to_end(kafka: KafkaSettings | str, topic: str, timeout: float = 30.0,

@@ -16,7 +16,7 @@ import time
 from confluent_kafka import TopicPartition
 
 from streams.codec import Codec
-from streams.kafka.reader import read_range
+from streams.kafka.reader import read_range, retry_transient
 from streams.referee.input import fold_batch
 from streams.referee.referee import Referee
 from streams.worker import metrics
@@ -57,13 +57,17 @@ def group_starts(settings: WorkerSettings, topic: str, partitions: list[int]) ->
     begins when it has none."""
     consumer = settings.kafka.consumer(settings.app_id)
     try:
-        got = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=30)
+        got = retry_transient(lambda left: consumer.committed([TopicPartition(topic, p) for p in partitions],
+                                                              timeout=left),
+                              f"the committed offsets of {topic}", 60.0)
         out = {}
         for tp in got:
             if tp.offset >= 0:
                 out[tp.partition] = tp.offset
             else:
-                low, _high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=30)
+                low, _high = retry_transient(
+                    lambda left: consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=left),
+                    f"the start offset of {topic}[{tp.partition}]", 60.0)
                 out[tp.partition] = max(low, 0)
         return out
     finally:
