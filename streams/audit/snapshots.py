@@ -53,7 +53,7 @@ def snapshot_targets(a: Auditor) -> Targets:
 def _intact(a: Auditor, rec: LogRecord, value: dict[str, Any]) -> bool:
     chk = a.checks["snapshots"]
     try:
-        images.decompress(value["state"], value["digest"])
+        images.verify(value["state"], value["digest"])
     except images.SnapshotRejected as exc:
         chk.fail(Finding(f"snapshot of cohort {value['cohort_id']!r}: {exc}", where=where(rec), field="state"))
         return False

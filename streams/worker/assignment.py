@@ -20,7 +20,7 @@ from streams.worker import metrics
 from streams.worker.jobmap import read_map_partitions
 from streams.worker.recovery import Takeover, group_starts
 from streams.worker.settings import WorkerSettings
-from streams.worker.snapshots import SnapshotStore
+from streams.worker.snapshots import Round, SnapshotStore
 from streams.worker.stages import FoldStage, RouteStage
 
 log = logging.getLogger("traintrace.worker")
@@ -65,17 +65,50 @@ class Assignment:
 
     async def commit_processed(self) -> None:
         """The commit timer: both locks, then :meth:`commit`; then the snapshot rounds due, at
-        the offsets just committed (where any later owner resumes, or before)."""
-        async with self.route.lock, self.fold.lock:
-            committed = await self.commit()
-            if self.snapshots is None:
-                return
-            folded = self.fold.folded
-            for tp, offset in sorted(committed.items()):
-                p = tp.partition
-                if tp.topic == self.fold.topic and self.snapshots.due(p, folded.get(p, 0)):
-                    await asyncio.get_running_loop().run_in_executor(None, self.snapshots.round, p, offset)
-                    folded[p] = 0
+        the offsets committed (where any later owner resumes, or before)."""
+        route, fold = self.route.lock, self.fold.lock
+        async with route:
+            await fold.acquire()
+            try:
+                await self.commit()
+            except BaseException:
+                fold.release()
+                raise
+        try:  # the fold's lock only: routing goes on while the rounds encode
+            rounds = await self._begin_rounds() if self.snapshots is not None else []
+        finally:
+            fold.release()
+        for rnd in rounds:
+            await self._finish_round(rnd)
+
+    async def _begin_rounds(self) -> list[Round]:
+        """Encode the rounds due: partitions whose position is committed (now, or earlier: the
+        time-based round of a partition gone quiet). Call under the fold's lock."""
+        loop = asyncio.get_running_loop()
+        inp, folded, rounds = self.fold.input, self.fold.folded, []
+        for p in sorted(inp.owned):
+            at = inp.committed.get(p)
+            if at is None or at != inp.position.get(p) or not self.snapshots.due(p, folded.get(p, 0)):
+                continue
+            try:
+                rounds.append(await loop.run_in_executor(None, self.snapshots.begin_round, p, at))
+            except Exception:  # a snapshot is an optimisation: never stop the fold for one
+                log.exception("snapshot round of %s[%d] failed: the next one retries", self.fold.topic, p)
+            folded[p] = 0
+        return rounds
+
+    async def _finish_round(self, rnd: Round) -> None:
+        """Wait for a round's records (no lock), then note it under the fold's lock if the
+        partition is still ours; a failed delivery leaves its cohorts for the next round."""
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self.snapshots.finish_round, rnd)
+        except Exception as exc:
+            log.warning("snapshot round of %s[%d] not delivered (%s): the next one retries", self.fold.topic,
+                        rnd.partition, exc)
+            return
+        async with self.fold.lock:
+            if rnd.partition in self.fold.input.owned:
+                self.snapshots.settle_round(rnd)
 
     async def revoked(self, revoked: set[TP]) -> None:
         # wait for the batches in flight, commit exactly what they processed while the

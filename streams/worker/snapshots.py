@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from streams.codec import Codec, DecodeError
@@ -54,6 +54,19 @@ class Latest:
     covers: int
     offset: int  # in the snapshot topic's partition
     settled: bool = False
+
+
+@dataclass
+class Round:
+    """One round of one partition, between :meth:`SnapshotStore.begin_round` and
+    :meth:`SnapshotStore.settle_round`."""
+
+    partition: int
+    covers: int
+    t0: float
+    written: dict[str, bool] = field(default_factory=dict)  # cohort -> settled
+    offsets: dict[str, int] = field(default_factory=dict)  # cohort -> its record's offset
+    encode_s: float = 0.0
 
 
 class SnapshotStore:
@@ -87,34 +100,54 @@ class SnapshotStore:
         since = time.monotonic() - self.last_round.get(partition, 0.0)
         return folded >= self.settings.snapshot_every or since >= self.settings.snapshot_interval_s
 
-    def round(self, partition: int, covers: int) -> int:
-        """Write the snapshots of ``partition``'s cohorts that changed and the round record;
-        then let its settled cohorts leave memory. Call under the fold's lock, right after
-        ``covers`` was committed. Returns the number of cohort snapshots written."""
+    def begin_round(self, partition: int, covers: int) -> "Round":
+        """Encode the cohorts of ``partition`` that changed since their last snapshot and hand
+        them to the producer. Call under the fold's lock (the state must not move meanwhile),
+        right after ``covers`` was committed; the rest of the round needs no lock."""
         t0 = time.perf_counter()
         referee = self.referee
-        cohorts = sorted(c for c, p in referee.partition_of.items() if p == partition and c in referee.engines)
-        written: dict[str, bool] = {}
-        for cohort in cohorts:
+        rnd = Round(partition, covers, t0)
+        for cohort in sorted(c for c, p in referee.partition_of.items() if p == partition and c in referee.engines):
             pos = referee.position.get(cohort)
             last = self.latest.get(cohort)
             if last is not None and (pos is None or pos[1] < last.covers):
                 continue  # no input since its last snapshot
-            written[cohort] = self._send_cohort(cohort, partition, covers, pos)
-        self._flush()
-        for cohort, settled in written.items():
-            self.latest[cohort] = Latest(covers, self._delivered.pop(cohort), settled)
-        known = sum(1 for c in self.latest if self._partition_of(c) == partition)
-        self._send(ROUND_KEY, "SnapshotRound", {"partition": partition, "covers": covers, "cohorts": known,
-                                                "written": len(written), "ts": now_ms()}, partition)
-        self._flush()
+            rnd.written[cohort] = self._send_cohort(cohort, partition, covers, pos)
+        rnd.encode_s = time.perf_counter() - t0
         self.last_round[partition] = time.monotonic()
-        evicted = self._evict(cohorts, partition) if self.settings.evict_settled else 0
-        metrics.SNAPSHOTS.inc(len(written))
-        metrics.SNAPSHOT_SECONDS.observe(time.perf_counter() - t0)
-        log.debug("snapshot round %s[%d]@%d: %d written, %d left memory, %.3fs", self.topic, partition, covers,
-                  len(written), evicted, time.perf_counter() - t0)
-        return len(written)
+        return rnd
+
+    def finish_round(self, rnd: "Round") -> None:
+        """Wait for the round's snapshots (``acks=all``), then write and wait for its
+        ``SnapshotRound``. No lock: the fold goes on meanwhile."""
+        self._flush()
+        rnd.offsets = {c: self._delivered.pop(c) for c in rnd.written}
+        known = len(rnd.written) + sum(1 for c in self.latest
+                                       if c not in rnd.written and self._partition_of(c) == rnd.partition)
+        self._send(ROUND_KEY, "SnapshotRound", {"partition": rnd.partition, "covers": rnd.covers, "cohorts": known,
+                                                "written": len(rnd.written), "ts": now_ms()}, rnd.partition)
+        self._flush()
+
+    def settle_round(self, rnd: "Round") -> int:
+        """The round is on the broker: note each cohort's snapshot, and let the settled cohorts
+        with no input since leave memory. Call under the fold's lock, while the partition is
+        still owned. Returns how many left memory."""
+        for cohort, settled in rnd.written.items():
+            self.latest[cohort] = Latest(rnd.covers, rnd.offsets[cohort], settled)
+        evicted = self._evict(sorted(rnd.written), rnd.partition) if self.settings.evict_settled else 0
+        metrics.SNAPSHOTS.inc(len(rnd.written))
+        metrics.SNAPSHOT_SECONDS.observe(time.perf_counter() - rnd.t0)
+        log.debug("snapshot round %s[%d]@%d: %d written (encoded in %.3fs), %d left memory, %.3fs", self.topic,
+                  rnd.partition, rnd.covers, len(rnd.written), rnd.encode_s, evicted, time.perf_counter() - rnd.t0)
+        return evicted
+
+    def round(self, partition: int, covers: int) -> int:
+        """A whole round at once (tests, tools): :meth:`begin_round`, :meth:`finish_round`,
+        :meth:`settle_round`. Returns the number of cohort snapshots written."""
+        rnd = self.begin_round(partition, covers)
+        self.finish_round(rnd)
+        self.settle_round(rnd)
+        return len(rnd.written)
 
     def _partition_of(self, cohort: str) -> int | None:
         p = self.referee.partition_of.get(cohort)
@@ -125,7 +158,7 @@ class SnapshotStore:
         settled = images.settled(self.referee.engines[cohort])
         record = {"cohort_id": cohort, "partition": partition, "covers": covers,
                   "input_offset": pos[1] if pos is not None else None, "settled": settled,
-                  "format": images.FORMAT, "digest": images.digest(encoded), "state": images.compress(encoded),
+                  "format": images.FORMAT, "digest": images.digest(encoded), "state": encoded,
                   "ts": now_ms(), "signature": None, "key_id": None}
         if self.sign is not None:
             record = self.sign(record)
@@ -137,8 +170,10 @@ class SnapshotStore:
         for cohort in cohorts:
             last = self.latest.get(cohort)
             lin = referee.engines.get(cohort)
-            if last is None or lin is None or not images.settled(lin) or referee.position.get(cohort, (0, -1))[1] >= last.covers:
+            if last is None or lin is None or not images.settled(lin):
                 continue
+            if referee.position.get(cohort, (0, -1))[1] >= last.covers:
+                continue  # input since the snapshot: not what it holds any more
             referee.forget_cohorts([cohort])
             self.out_of_memory[cohort] = partition
             n += 1
@@ -150,7 +185,9 @@ class SnapshotStore:
 
     def _producer_(self):
         if self._producer is None:
-            self._producer = self.settings.kafka.producer(**{"linger.ms": 5, "message.max.bytes": MAX_RECORD})
+            # zstd: librdkafka compresses the batches in its own threads, off the fold's
+            self._producer = self.settings.kafka.producer(**{"linger.ms": 5, "message.max.bytes": MAX_RECORD,
+                                                             "compression.type": "zstd"})
         return self._producer
 
     def _send(self, key: bytes, record: str, value: dict[str, Any], partition: int, cohort: str | None = None) -> None:
@@ -249,7 +286,7 @@ class SnapshotStore:
                 metrics.SNAPSHOTS_REFUSED.inc()
                 return False
         try:
-            encoded = images.decompress(value["state"], value["digest"])
+            encoded = images.verify(value["state"], value["digest"])
             images.restore(self.referee, cohort, partition, encoded)
         except images.SnapshotRejected as exc:
             log.warning("snapshot of cohort %r refused (%s): re-folding its partition", cohort, exc)

@@ -230,7 +230,8 @@ class FoldStage(Stage):
             self.outbox.emit(em)
         await self.outbox.flush()
         metrics.observe_published(out)  # traintrace_divergence_to_command_seconds
-        metrics.observe_referee(referee)
+        # (the gauges of the referee's state walk every cohort in memory: housekeeping sets
+        # them once a second, not every batch, or a batch would cost more the more cohorts)
 
 
 class StallWatch:
