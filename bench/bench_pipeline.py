@@ -21,11 +21,17 @@ workers check seals and hold unsealed events until their seal. ``--seals compare
 throughput only, ``--rounds`` times each, alternating plain (hash-chained, not sealed) and sealed
 runs on fresh topics and workers, and prints each pair's ratio and the median (the same goal).
 ``--progress-every`` sets the generator's Progress interval (1: long jobs, one Progress a step).
-``--signing alternate`` does the same for unsigned and signed workers.
+``--signing alternate`` does the same for unsigned and signed workers, ``--snapshots compare``
+for workers without snapshots (``--snapshot-every 0``) and with the default ones (the cost of
+:mod:`streams.worker.snapshots` on the fold rate; issue 14's goal: <= 10 %).
+
+``--cluster compare`` runs 1 and 2 on a local single node, then on a local three-node cluster
+(``traintrace broker start --nodes 3``: topics replicated 3 times, ``min.insync.replicas`` 2,
+every producer ``acks=all``), in the same run, and prints both.
 
 Usage: python bench/bench_pipeline.py [--events 200000] [--workers 1] [--partitions 4]
                                       [--signing off|on|compare|alternate] [--seals off|on|compare]
-                                      [--rounds 2] [--json]
+                                      [--rounds 2] [--cluster one|three|compare] [--json]
 """
 
 from __future__ import annotations
@@ -237,17 +243,23 @@ def main() -> None:
                     help="--seals compare / --signing alternate: each round runs the sealed (signed) kind first")
     ap.add_argument("--progress-every", type=int, default=10, help="steps between Progress events")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--snapshots", choices=("on", "compare"), default="on",
+                    help="compare: throughput only, --rounds alternated runs of workers without snapshots "
+                         "(--snapshot-every 0) and with the default ones (streams.worker.snapshots)")
+    ap.add_argument("--cluster", choices=("one", "three", "compare"), default="one",
+                    help="the local broker(s) started when --bootstrap is not given: one node, a three-node "
+                         "cluster (topics replicated 3 times, min.insync.replicas 2, acks=all), or both one "
+                         "after the other in this run")
     args = ap.parse_args()
-    if args.seals == "compare" or args.signing == "alternate":
+    if args.cluster == "compare":
+        return compare_clusters(args)
+    if args.seals == "compare" or args.signing == "alternate" or args.snapshots == "compare":
         return alternate(args)
 
     broker = None
     bootstrap = args.bootstrap
     if bootstrap is None:
-        from streams.kafka.broker import LocalBroker
-
-        broker = LocalBroker(Path(tempfile.mkdtemp(prefix="tt-bench-broker-")))
-        bootstrap = broker.start()
+        broker, bootstrap = start_kafka(args.cluster)
     report = {}
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -267,11 +279,53 @@ def main() -> None:
     print_report(report, args.signing)
 
 
+def start_kafka(shape: str):
+    """A local Kafka of one node or three (fresh data dirs): (handle with .stop(), bootstrap)."""
+    if shape == "three":
+        from streams.kafka.cluster import LocalCluster
+
+        kafka = LocalCluster(Path(tempfile.mkdtemp(prefix="tt-bench-cluster-")), nodes=3, die_with_parent=True)
+    else:
+        from streams.kafka.broker import LocalBroker
+
+        kafka = LocalBroker(Path(tempfile.mkdtemp(prefix="tt-bench-broker-")), die_with_parent=True)
+    return kafka, kafka.start(timeout=120)
+
+
+def compare_clusters(args) -> None:
+    """Throughput and latency on one node, then on three (RF 3, acks=all), in this run."""
+    report = {}
+    for shape in ("one", "three"):
+        kafka, bootstrap = start_kafka(shape)
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                report[shape] = measure(bootstrap, args, Path(tmp) / shape, signed=False)
+        finally:
+            kafka.stop()
+        t, lat = report[shape].get("throughput"), report[shape]["latency"]
+        print(f"{shape} node(s): " + (f"{t['fold_per_s_per_worker']:,.0f} events/s per worker, " if t else "")
+              + f"divergence -> last rollback p50 {lat['p50_ms']:.0f} ms, p99 {lat['p99_ms']:.0f} ms",
+              file=sys.stderr, flush=True)
+    if "throughput" in report["one"]:
+        report["three_over_one_fold_rate"] = (report["three"]["throughput"]["fold_per_s"]
+                                              / report["one"]["throughput"]["fold_per_s"])
+    report["three_over_one_p50"] = report["three"]["latency"]["p50_ms"] / report["one"]["latency"]["p50_ms"]
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
+    for shape, label in (("one", "one node (RF 1)"), ("three", "three nodes (RF 3, min ISR 2, acks=all)")):
+        print_report(report[shape], "off", title=f"traintrace live pipeline benchmark: {label}")
+    if "three_over_one_fold_rate" in report:
+        print(f"three nodes / one: fold rate x{report['three_over_one_fold_rate']:.3f}, "
+              f"latency p50 x{report['three_over_one_p50']:.2f}")
+
+
 def alternate(args) -> None:
     """Throughput of plain and sealed (``--seals compare``) or unsigned and signed
     (``--signing alternate``) runs, alternated, on one broker: an order effect (the second run
     of a process on a broker that holds the first's topics) cannot pass for the cost."""
     signing = args.signing == "alternate"
+    snapshots = args.snapshots == "compare"
     broker = None
     bootstrap = args.bootstrap
     if bootstrap is None:
@@ -281,7 +335,8 @@ def alternate(args) -> None:
         bootstrap = broker.start()
     rates: dict[str, list[float]] = {"base": [], "cost": []}
     raw: list[float] = []
-    label = {"base": "unsigned" if signing else "plain ", "cost": "signed  " if signing else "sealed"}
+    label = ({"base": "no snapshots", "cost": "snapshots   "} if snapshots else
+             {"base": "unsigned" if signing else "plain ", "cost": "signed  " if signing else "sealed"})
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for i in range(args.rounds):
@@ -289,7 +344,11 @@ def alternate(args) -> None:
                     d = Path(tmp) / f"{kind}{i}"
                     d.mkdir()
                     run = argparse.Namespace(**vars(args))
-                    if signing:
+                    if snapshots:
+                        run.seals = "off"
+                        if kind == "base":
+                            run.worker_args = [*args.worker_args, "--snapshot-every", "0"]
+                    elif signing:
                         run.seals = "off"
                         if kind == "cost":
                             from streams.signing import generate_key, save_private_key
@@ -307,7 +366,7 @@ def alternate(args) -> None:
         if broker is not None:
             broker.stop()
     ratios = [c / b for b, c in zip(rates["base"], rates["cost"])]
-    what = "signed / unsigned" if signing else "sealed / plain"
+    what = "with snapshots / without" if snapshots else "signed / unsigned" if signing else "sealed / plain"
     report = {"compared": what, "base_per_worker": rates["base"], "cost_per_worker": rates["cost"],
               "pair_ratios": ratios, "median_ratio": statistics.median(ratios), "seal_every": args.seal_every,
               "progress_every": args.progress_every, "raw_consume_decode_per_s": statistics.median(raw)}
@@ -315,8 +374,9 @@ def alternate(args) -> None:
         print(json.dumps(report, indent=2))
         return
     print(f"{what} events/s per worker: pairs {', '.join(f'x{r:.3f}' for r in ratios)}; "
-          f"median x{report['median_ratio']:.3f} (goal >= x0.95)"
-          + ("" if signing else f"; seal every {args.seal_every}, Progress every {args.progress_every} step(s)"))
+          f"median x{report['median_ratio']:.3f} (goal >= x{0.9 if snapshots else 0.95})"
+          + ("" if signing or snapshots else
+             f"; seal every {args.seal_every}, Progress every {args.progress_every} step(s)"))
 
 
 def measure(bootstrap: str, args, tmp: Path, signed: bool) -> dict:
@@ -346,11 +406,11 @@ def signing_cost(unsigned: dict, signed: dict) -> dict:
     return out
 
 
-def print_report(report: dict, signing: str) -> None:
+def print_report(report: dict, signing: str, title: str | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    title = "traintrace live pipeline benchmark" + {"on": " (signed)", "compare": " (unsigned)"}.get(signing, "")
+    title = title or "traintrace live pipeline benchmark" + {"on": " (signed)", "compare": " (unsigned)"}.get(signing, "")
     t = Table(title=title, title_justify="left")
     t.add_column("measure")
     t.add_column("value", justify="right")
