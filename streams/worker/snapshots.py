@@ -42,6 +42,8 @@ from streams.worker.settings import WorkerSettings
 log = logging.getLogger("traintrace.worker")
 
 ROUND_KEY = b"r"
+#: a round is due no sooner than this many times the events it would write again (see ``due``)
+REWRITE_FACTOR = 2
 COHORT_PREFIX = b"c:"
 #: the largest snapshot record the worker writes (the topic's max.message.bytes)
 MAX_RECORD = 64 * 1024 * 1024
@@ -54,6 +56,7 @@ class Latest:
     covers: int
     offset: int  # in the snapshot topic's partition
     settled: bool = False
+    events: int = 0  # events the state held (what writing the cohort again re-encodes)
 
 
 @dataclass
@@ -64,7 +67,7 @@ class Round:
     partition: int
     covers: int
     t0: float
-    written: dict[str, bool] = field(default_factory=dict)  # cohort -> settled
+    written: dict[str, tuple[bool, int]] = field(default_factory=dict)  # cohort -> (settled, events held)
     offsets: dict[str, int] = field(default_factory=dict)  # cohort -> its record's offset
     encode_s: float = 0.0
 
@@ -94,11 +97,30 @@ class SnapshotStore:
     # ------------------------------------------------------------------ rounds
 
     def due(self, partition: int, folded: int) -> bool:
-        """Whether a round of ``partition`` is due, ``folded`` events after its last one."""
+        """Whether a round of ``partition`` is due, ``folded`` events after its last one:
+        ``snapshot_every`` events or ``snapshot_interval_s`` seconds after it, and — so that a
+        round re-encodes no more than half the input since — at least :data:`REWRITE_FACTOR`
+        times the events the changed cohorts held at their last snapshot (a large cohort training
+        on is written again once its input has grown by twice its size, not every round; encoding
+        costs about a tenth of the bare fold per event written, so every event is written about
+        1.5 times at most)."""
         if not self.enabled or folded == 0:
             return False
         since = time.monotonic() - self.last_round.get(partition, 0.0)
-        return folded >= self.settings.snapshot_every or since >= self.settings.snapshot_interval_s
+        if folded < self.settings.snapshot_every and since < self.settings.snapshot_interval_s:
+            return False
+        return folded >= REWRITE_FACTOR * self._rewritten(partition)
+
+    def _rewritten(self, partition: int) -> int:
+        """Events the changed cohorts of ``partition`` held at their last snapshot."""
+        referee, n = self.referee, 0
+        for cohort, p in referee.partition_of.items():
+            last = self.latest.get(cohort)
+            if p == partition and last is not None:
+                pos = referee.position.get(cohort)
+                if pos is not None and pos[1] >= last.covers:
+                    n += last.events
+        return n
 
     def begin_round(self, partition: int, covers: int) -> "Round":
         """Encode the cohorts of ``partition`` that changed since their last snapshot and hand
@@ -132,8 +154,8 @@ class SnapshotStore:
         """The round is on the broker: note each cohort's snapshot, and let the settled cohorts
         with no input since leave memory. Call under the fold's lock, while the partition is
         still owned. Returns how many left memory."""
-        for cohort, settled in rnd.written.items():
-            self.latest[cohort] = Latest(rnd.covers, rnd.offsets[cohort], settled)
+        for cohort, (settled, events) in rnd.written.items():
+            self.latest[cohort] = Latest(rnd.covers, rnd.offsets[cohort], settled, events)
         evicted = self._evict(sorted(rnd.written), rnd.partition) if self.settings.evict_settled else 0
         metrics.SNAPSHOTS.inc(len(rnd.written))
         metrics.SNAPSHOT_SECONDS.observe(time.perf_counter() - rnd.t0)
@@ -153,9 +175,11 @@ class SnapshotStore:
         p = self.referee.partition_of.get(cohort)
         return p if p is not None else self.out_of_memory.get(cohort)
 
-    def _send_cohort(self, cohort: str, partition: int, covers: int, pos: tuple[int, int] | None) -> bool:
+    def _send_cohort(self, cohort: str, partition: int, covers: int,
+                     pos: tuple[int, int] | None) -> tuple[bool, int]:
         encoded = images.encode(self.referee, cohort)
-        settled = images.settled(self.referee.engines[cohort])
+        lin = self.referee.engines[cohort]
+        settled = images.settled(lin)
         record = {"cohort_id": cohort, "partition": partition, "covers": covers,
                   "input_offset": pos[1] if pos is not None else None, "settled": settled,
                   "format": images.FORMAT, "digest": images.digest(encoded), "state": encoded,
@@ -163,7 +187,7 @@ class SnapshotStore:
         if self.sign is not None:
             record = self.sign(record)
         self._send(COHORT_PREFIX + cohort.encode(), "CohortSnapshot", record, partition, cohort)
-        return settled
+        return settled, lin.state.events_folded
 
     def _evict(self, cohorts: list[str], partition: int) -> int:
         referee, n = self.referee, 0
@@ -245,6 +269,7 @@ class SnapshotStore:
                 self.referee.forget_cohorts(loaded)
                 self.drop_partition(partition)
                 return 0, {}
+            last.events = self.referee.engines[cohort].state.events_folded
             self.latest[cohort] = last
             loaded.append(cohort)
         self.last_round[partition] = time.monotonic()
