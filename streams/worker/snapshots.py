@@ -265,6 +265,8 @@ class SnapshotStore:
                 self.latest[cohort] = last
                 self.out_of_memory[cohort] = partition  # back when its next input arrives
                 continue
+            if value is None:
+                value = self._read_at(cohort, partition, last.offset)
             if not self._restore(cohort, partition, value):  # unusable: re-fold the partition from 0
                 self.referee.forget_cohorts(loaded)
                 self.drop_partition(partition)
@@ -278,7 +280,7 @@ class SnapshotStore:
                  time.perf_counter() - t0)
         return start, skip
 
-    def _scan(self, partition: int, end: int) -> tuple[list[int], dict[str, Latest], dict[str, dict]]:
+    def _scan(self, partition: int, end: int) -> tuple[list[int], dict[str, Latest], dict[str, dict | None]]:
         """The rounds (their ``covers``) and each cohort's latest snapshot at or before ``end``."""
         rounds: list[int] = []
         latest: dict[str, Latest] = {}
@@ -298,7 +300,8 @@ class SnapshotStore:
                 prev = latest.get(cohort)
                 if prev is None or value["covers"] >= prev.covers:
                     latest[cohort] = Latest(value["covers"], msg.offset(), value["settled"])
-                    records[cohort] = value
+                    # a settled cohort stays out of memory: its state is read again if ever needed
+                    records[cohort] = None if value["settled"] else value
         return rounds, latest, records
 
     def _restore(self, cohort: str, partition: int, value: dict) -> bool:
@@ -327,17 +330,23 @@ class SnapshotStore:
         last = self.latest.get(cohort)
         if partition is None or last is None:
             return False
-        msgs = list(read_range(self.settings.kafka, self.topic, {partition: (last.offset, last.offset + 1)},
-                               timeout=30.0))
-        if not msgs:
-            raise WorkerError(f"the snapshot of cohort {cohort!r} at {self.topic}[{partition}]@{last.offset} "
-                              "is gone; restart the worker to re-fold the partition")
-        name, value = self.codec.decode_record(msgs[0].value())
-        if name != "CohortSnapshot" or value["cohort_id"] != cohort or not self._restore(cohort, partition, value):
-            raise WorkerError(f"{self.topic}[{partition}]@{last.offset} is not the snapshot of cohort {cohort!r}")
+        if not self._restore(cohort, partition, self._read_at(cohort, partition, last.offset)):
+            raise WorkerError(f"{self.topic}[{partition}]@{last.offset}, the snapshot of cohort {cohort!r}, "
+                              "is refused; restart the worker to re-fold the partition")
         del self.out_of_memory[cohort]
         metrics.BROUGHT_BACK.inc()
         return True
+
+    def _read_at(self, cohort: str, partition: int, offset: int) -> dict:
+        """The ``CohortSnapshot`` of ``cohort`` at ``offset`` of the snapshot topic."""
+        msgs = list(read_range(self.settings.kafka, self.topic, {partition: (offset, offset + 1)}, timeout=30.0))
+        if not msgs:
+            raise WorkerError(f"the snapshot of cohort {cohort!r} at {self.topic}[{partition}]@{offset} "
+                              "is gone; restart the worker to re-fold the partition")
+        name, value = self.codec.decode_record(msgs[0].value())
+        if name != "CohortSnapshot" or value["cohort_id"] != cohort:
+            raise WorkerError(f"{self.topic}[{partition}]@{offset} is not the snapshot of cohort {cohort!r}")
+        return value
 
     def drop_partition(self, partition: int) -> None:
         """Forget what is known of a revoked partition's snapshots."""
