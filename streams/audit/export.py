@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # confluent-kafka is imported only when exporting
     from streams.kafka.settings import KafkaSettings
 
 #: what ``export`` writes by default: the log, the processor's input order and its outputs
-DEFAULT_TOPICS = ("events", "input", "control", "manifests", "commitments", "dlq")
+DEFAULT_TOPICS = ("events", "input", "control", "manifests", "commitments", "dlq", "snapshots")
 #: Avro container codecs ``export`` offers: ``null`` (uncompressed: any Avro reader, no extra
 #: library), ``deflate`` (zlib, every Avro implementation), ``snappy`` (needs ``cramjam`` for
 #: fastavro, to write and to read); default :func:`streams.files.archive.default_codec`

@@ -164,6 +164,8 @@ def _merge_check(name: str, mine: list[Check]) -> Check:
         c.warned += m.warned
         c.failures.extend(m.failures)
         c.warnings.extend(m.warnings)
+        if m.skipped and not c.skipped:
+            continue  # a shard without any of what the check reads: the others had some
         c.notes.extend(x for x in m.notes if x not in c.notes)
         for k, v in m.counts.items():
             c.counts[k] = c.counts.get(k, 0) + v

@@ -42,7 +42,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def fault_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A running three-node cluster of its own, stopped when the session ends."""
     cluster = LocalCluster(tmp_path_factory.mktemp("faults-cluster"), 3, die_with_parent=True)

@@ -116,7 +116,11 @@ def test_signatures_checked_against_the_keyring(run):
     cmds = bad.check("commands").failures
     assert cmds and all(f.field == "signature" and "UNKNOWN_KEY" in f.what for f in cmds)
     assert good.check("commands").counts.get("command signatures verified", 0) == good.check("commands").checked
-    assert [c.name for c in bad.checks if not c.passed] == ["commands", "commitments"]
+    # and the fold snapshots they wrote (schemas v7), signed with it as well
+    snaps = bad.check("snapshots").failures
+    assert snaps and all(f.field == "signature" and "UNKNOWN_KEY" in f.what for f in snaps)
+    assert good.check("snapshots").tally.get("recompute", 0) > 0
+    assert [c.name for c in bad.checks if not c.passed] == ["commands", "commitments", "snapshots"]
 
 
 def test_unsigned_commitment_rejected_with_a_keyring(run, tmp_path):

@@ -141,7 +141,7 @@ def test_the_demo_log_is_audited_and_drawn(warn_run) -> None:
     assert au["error"] is None, au["error"]
     assert au["passed"] and au["verdict"] == "PASS", au
     checks = {c["name"]: c for c in au["checks"]}
-    assert set(checks) == {"chains", "input", "commands", "manifests", "commitments"}
+    assert set(checks) == {"chains", "input", "commands", "manifests", "commitments", "snapshots"}
     assert all(c["verdict"] == "PASS" and c["failed"] == 0 for c in checks.values()), checks
     # the commitments were checked, each one's signature against the demo's keyring
     assert checks["commitments"]["checked"] > 0

@@ -93,11 +93,14 @@ CASES = {
     "require_sealed_events": ("true", lambda s: s.core.seals.require_sealed, True),
     "topic_prefix": ("p.", lambda s: s.topics.events, "p.lineage.events"),
     "bootstrap": ("kafka.example:9092", lambda s: s.bootstrap, "kafka.example:9092"),
+    "snapshot_every": ("500", lambda s: s.snapshot_every, 500),
+    "snapshot_interval": ("2.5", lambda s: s.snapshot_interval_s, 2.5),
+    "keep_settled": ("true", lambda s: not s.evict_settled, True),
 }
 DEFAULTS = {  # what the worker makes of an option's default
     "data_dir": Path(".traintrace/worker-6066"), "store": "rocksdb://", "grace_seconds": 30000,
     "ack_timeout": 300000, "signing_key": None, "topic_prefix": "lineage.events",
-    "require_sealed_events": False,
+    "require_sealed_events": False, "keep_settled": False,
 }
 #: options the settings take from the environment elsewhere: the Kafka client's (KafkaSettings.from_env
 #: in WorkerSettings: tests/unit/test_kafka_security.py) and the issued job keys (a real key
@@ -124,7 +127,8 @@ def test_settings_from_env_match_traintrace_worker(monkeypatch):
             m.setenv(options[name].envvar, value)  # the worker's own variable for the option
             assert get(WorkerSettings.from_env()) == expected, name
     # every option that is a setting is covered (the others only act at start-up)
-    assert set(options) - set(CASES) - ELSEWHERE <= {"reset_data_dir", "retention_ms", "allow_finite_retention"}
+    assert set(options) - set(CASES) - ELSEWHERE <= {"reset_data_dir", "retention_ms", "allow_finite_retention",
+                                                     "allow_under_replicated"}
 
 
 def test_settings_from_env_name_a_bad_variable(monkeypatch):
