@@ -44,7 +44,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="module")
 def fault_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """A running three-node cluster of its own, stopped when the session ends."""
+    """A running three-node cluster of its own, stopped after the fault suite's module."""
     cluster = LocalCluster(tmp_path_factory.mktemp("faults-cluster"), 3, die_with_parent=True)
     try:
         cluster.start(timeout=float(os.environ.get("TRAINTRACE_BROKER_TIMEOUT", "120")))
