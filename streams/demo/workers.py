@@ -32,8 +32,7 @@ def launch_workers(kafka: DemoKafka, prefix: str, app_id: str, work: Path, count
     for i in range(count):
         w = WorkerProcess(kafka.bootstrap, prefix, app_id, work / "workers" / f"w{i + 1}", partitions,
                           extra_args=["--commit-interval", "0.2", "--loglevel", "info",
-                                      "--signing-key", str(signing_key), "--commitment-interval", "2",
-                                      "--snapshot-interval", "2"],
+                                      "--signing-key", str(signing_key), "--commitment-interval", "2"],
                           env=kafka.worker_env())
         started.append(w.start())
 

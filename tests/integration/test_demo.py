@@ -142,7 +142,9 @@ def test_the_demo_log_is_audited_and_drawn(warn_run) -> None:
     assert au["passed"] and au["verdict"] == "PASS", au
     checks = {c["name"]: c for c in au["checks"]}
     assert set(checks) == {"chains", "input", "commands", "manifests", "commitments", "snapshots"}
-    assert all(c["verdict"] == "PASS" and c["failed"] == 0 for c in checks.values()), checks
+    # (the snapshots check is skipped when the run ended before the workers' first round)
+    assert all((c["verdict"] == "PASS" or (n == "snapshots" and c["verdict"] == "SKIPPED")) and c["failed"] == 0
+               for n, c in checks.items()), checks
     # the commitments were checked, each one's signature against the demo's keyring
     assert checks["commitments"]["checked"] > 0
     assert au["signed_commitments"] == checks["commitments"]["checked"]
