@@ -145,7 +145,7 @@ def one_run(bootstrap: str, args, tmp: Path, events: list[dict], tail: list[dict
     topics = TopicNames.from_env(prefix)
     ensure_topics(bootstrap, standard_topics(topics, args.partitions))
     app_id = f"rec-{prefix.rstrip('.')}"
-    wargs = ["--loglevel", "info", "--snapshot-every", str(snapshot_every),
+    wargs = ["--loglevel", "info", "--evict-settled", "--snapshot-every", str(snapshot_every),
              "--snapshot-interval", str(args.snapshot_interval), "--commit-interval", "1"]
     produce_events(bootstrap, topics.events, events, CODEC)
     first = WorkerProcess(bootstrap, prefix, app_id, tmp / f"{prefix}w0", args.partitions, extra_args=wargs).start()

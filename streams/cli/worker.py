@@ -90,15 +90,16 @@ if TYPE_CHECKING:
               default=60.0, show_default=True,
               help="...or this many seconds after the last round, when anything was folded since. "
                    "[env TRAINTRACE_SNAPSHOT_INTERVAL]")
-@click.option("--keep-settled/--evict-settled", "keep_settled", envvar="TRAINTRACE_KEEP_SETTLED", default=False,
+@click.option("--evict-settled/--keep-settled", "evict_settled", envvar="TRAINTRACE_EVICT_SETTLED", default=False,
               show_default=True,
-              help="Whether a settled cohort (every job finished, every plan acknowledged) stays in memory after "
-                   "its snapshot, or leaves it until its next event. [env TRAINTRACE_KEEP_SETTLED]")
+              help="Let a settled cohort (every job finished, every plan acknowledged) leave memory after its "
+                   "snapshot until its next event: memory then follows the active cohorts, and the HTTP views "
+                   "(/jobs, /incidents, /plans) show only the cohorts in memory. [env TRAINTRACE_EVICT_SETTLED]")
 @core_options
 def worker(bootstrap, kafka_config, topic_prefix, app_id, partitions, data_dir, store, web_port, web_host, grace_seconds, ack_timeout,
            commitment_interval, commit_interval, session_timeout, loglevel, signing_key, reset_data_dir,
            retention_ms, allow_finite_retention, allow_under_replicated, snapshot_every, snapshot_interval,
-           keep_settled, window, spike_factor, taint_margin, require_sealed_events, job_keys) -> None:
+           evict_settled, window, spike_factor, taint_margin, require_sealed_events, job_keys) -> None:
     """Run a processor worker: route lineage.events by cohort, fold each cohort through the
     lineage core, publish commands, manifests, alerts and commitments.
 
@@ -126,7 +127,7 @@ def worker(bootstrap, kafka_config, topic_prefix, app_id, partitions, data_dir, 
         commitment_interval_s=commitment_interval, commit_interval_s=commit_interval,
         session_timeout_s=session_timeout, loglevel=loglevel,
         signing_key=signing_key, kafka=kafka, snapshot_every=snapshot_every,
-        snapshot_interval_s=snapshot_interval, evict_settled=not keep_settled,
+        snapshot_interval_s=snapshot_interval, evict_settled=evict_settled,
     )
     _prepare_data_dir(settings, reset_data_dir)
     err_console.print(f"traintrace worker: Kafka {kafka.bootstrap}, topics {topics.events} -> {topics.control}, "

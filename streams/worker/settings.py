@@ -46,8 +46,8 @@ class WorkerSettings:
     #: folded there since its last one (0: no snapshots), or every ``snapshot_interval_s`` with any
     snapshot_every: int = 20_000
     snapshot_interval_s: float = 60.0
-    #: settled cohorts leave memory after their snapshot
-    evict_settled: bool = True
+    #: settled cohorts leave memory after their snapshot (the HTTP views then show only those in memory)
+    evict_settled: bool = False
     #: Faust: how often offsets are committed
     commit_interval_s: float = 1.0
     #: Kafka group session timeout: how fast a dead worker's partitions move
@@ -134,7 +134,7 @@ class WorkerSettings:
             signing_key=signing_key,
             snapshot_every=get("TRAINTRACE_SNAPSHOT_EVERY", positive(int, 0), 20_000),
             snapshot_interval_s=get("TRAINTRACE_SNAPSHOT_INTERVAL", positive(float, 0.1), 60.0),
-            evict_settled=not get("TRAINTRACE_KEEP_SETTLED", _flag, False),
+            evict_settled=get("TRAINTRACE_EVICT_SETTLED", _flag, False),
         )
 
 

@@ -95,12 +95,12 @@ CASES = {
     "bootstrap": ("kafka.example:9092", lambda s: s.bootstrap, "kafka.example:9092"),
     "snapshot_every": ("500", lambda s: s.snapshot_every, 500),
     "snapshot_interval": ("2.5", lambda s: s.snapshot_interval_s, 2.5),
-    "keep_settled": ("true", lambda s: not s.evict_settled, True),
+    "evict_settled": ("true", lambda s: s.evict_settled, True),
 }
 DEFAULTS = {  # what the worker makes of an option's default
     "data_dir": Path(".traintrace/worker-6066"), "store": "rocksdb://", "grace_seconds": 30000,
     "ack_timeout": 300000, "signing_key": None, "topic_prefix": "lineage.events",
-    "require_sealed_events": False, "keep_settled": False,
+    "require_sealed_events": False, "evict_settled": False,
 }
 #: options the settings take from the environment elsewhere: the Kafka client's (KafkaSettings.from_env
 #: in WorkerSettings: tests/unit/test_kafka_security.py) and the issued job keys (a real key

@@ -124,7 +124,7 @@ def test_settled_cohorts_leave_memory_and_come_back(setup, kafka_bootstrap, tmp_
     topics, app_id, new_worker = setup
     events = events_for(22, jobs=20)
     log = write_log(tmp_path / "events.jsonl", events)
-    w = new_worker(0).start()
+    w = new_worker(0, ["--evict-settled"]).start()
     w.wait_ready()
     produce_events(kafka_bootstrap, topics.events, events, CODEC)
     wait_quiescent(kafka_bootstrap, app_id, topics, timeout=120)
