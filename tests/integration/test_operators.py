@@ -386,10 +386,12 @@ def test_watch_exits_0_on_ctrl_c(kafka_bootstrap: str, prefix: str) -> None:
     import signal
 
     topics = TopicNames.from_env(prefix)
+    # SIGINT as a terminal has it: a test session started in the background (`cmd &` in a
+    # script) ignores SIGINT, and a child inherits that (Python then installs no handler)
     proc = subprocess.Popen(
         [sys.executable, "-m", "streams", "watch", "--json", "--bootstrap", kafka_bootstrap,
          "--topic-prefix", prefix], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+        text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     first: list[str] = []
     reader = threading.Thread(target=lambda: first.append(proc.stdout.readline()), daemon=True)
     reader.start()
