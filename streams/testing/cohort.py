@@ -172,6 +172,29 @@ class _Generator:
                                step=step, mode=mode)
 
 
+def interleave_cohorts(events: list[dict], seed: int, chunk: int = 7) -> list[dict]:
+    """The cohorts' events interleaved in random chunks of up to ``chunk`` events, each job's
+    own order kept: as concurrent cohorts produce them (the churn test, the fault suite)."""
+    rng = random.Random(seed)
+    cohort_of: dict[str, str] = {}
+    queues: dict[str, list[dict]] = {}
+    for d in events:
+        if d["type"] == "JobStarted":
+            cohort_of[d["job_id"]] = d["cohort_id"]
+        queues.setdefault(cohort_of[d["job_id"]], []).append(d)
+    pos = {c: 0 for c in queues}
+    out: list[dict] = []
+    live = sorted(queues)
+    while live:
+        c = rng.choice(live)
+        n = rng.randint(1, chunk)
+        out.extend(queues[c][pos[c]:pos[c] + n])
+        pos[c] += n
+        if pos[c] >= len(queues[c]):
+            live.remove(c)
+    return out
+
+
 def chain_events(events: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     """The event dicts with the SPEC §9 hash chain filled in, per job (``prev_hash``, ``hash``),
     as a job client would have written them."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import threading
 import time
 from dataclasses import dataclass
@@ -28,34 +27,12 @@ from typing import Any
 from confluent_kafka import TopicPartition
 
 from streams.codec import Codec
+from streams.testing.cohort import interleave_cohorts
 from streams.kafka.settings import KafkaSettings
 
 CODEC = Codec()
 POISON = [b"\xc3\x01" + b"\xff" * 8 + b"body", b"not avro at all", b"", b"\x00\x00"]
 RESULTS: list[dict[str, Any]] = []  # one row per case, printed by conftest's terminal summary
-
-
-def interleave_cohorts(events: list[dict], seed: int, chunk: int = 7) -> list[dict]:
-    """The cohorts' events interleaved in random chunks, each job's own order kept (as in
-    ``tests/integration/test_churn.py``)."""
-    rng = random.Random(seed)
-    cohort_of: dict[str, str] = {}
-    queues: dict[str, list[dict]] = {}
-    for d in events:
-        if d["type"] == "JobStarted":
-            cohort_of[d["job_id"]] = d["cohort_id"]
-        queues.setdefault(cohort_of[d["job_id"]], []).append(d)
-    pos = {c: 0 for c in queues}
-    out: list[dict] = []
-    live = sorted(queues)
-    while live:
-        c = rng.choice(live)
-        n = rng.randint(1, chunk)
-        out.extend(queues[c][pos[c]:pos[c] + n])
-        pos[c] += n
-        if pos[c] >= len(queues[c]):
-            live.remove(c)
-    return out
 
 
 def write_log(path: Path, events: list[dict]) -> Path:

@@ -17,7 +17,6 @@ group's committed offsets reach the end of both inputs.
 from __future__ import annotations
 
 import json
-import random
 import threading
 import time
 import uuid
@@ -28,35 +27,12 @@ import pytest
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
 from streams.codec import Codec
-from streams.testing.cohort import generate_cohorts, seal_events
+from streams.testing.cohort import generate_cohorts, interleave_cohorts, seal_events
 from streams.testing.invariants import check_pipeline
 from streams.worker.process import WorkerProcess
 
 CODEC = Codec()
 GRACE_S = 4
-
-
-def interleave_cohorts(events: list[dict], seed: int, chunk: int = 7) -> list[dict]:
-    """The cohorts' events interleaved in random chunks (each job's own order kept), as
-    concurrent cohorts produce them."""
-    rng = random.Random(seed)
-    cohort_of: dict[str, str] = {}
-    queues: dict[str, list[dict]] = {}
-    for d in events:
-        if d["type"] == "JobStarted":
-            cohort_of[d["job_id"]] = d["cohort_id"]
-        queues.setdefault(cohort_of[d["job_id"]], []).append(d)
-    pos = {c: 0 for c in queues}
-    out: list[dict] = []
-    live = sorted(queues)
-    while live:
-        c = rng.choice(live)
-        n = rng.randint(1, chunk)
-        out.extend(queues[c][pos[c]:pos[c] + n])
-        pos[c] += n
-        if pos[c] >= len(queues[c]):
-            live.remove(c)
-    return out
 
 
 POISON = [b"\xc3\x01" + b"\xff" * 8 + b"body", b"not avro at all", b"", b"\x00\x00"]
