@@ -215,27 +215,44 @@ def chain_events(events: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
 SEALED_AT_ONCE = frozenset({"JobStarted", "DivergenceReported", "RolledBack", "JobFinished"})
 
 
-def seal_events(events: Iterable[dict[str, Any]], every: int = 64, seed: int = 0) -> Iterator[dict[str, Any]]:
+def seal_events(events: Iterable[dict[str, Any]], every: int = 64, seed: int = 0,
+                within: int | None = None) -> Iterator[dict[str, Any]]:
     """The event dicts chained (:func:`chain_events`) and sealed as a job client seals them
     (:mod:`streams.core.seals`): each job gets its own key (derived from ``seed`` and its id, so
     a run is reproducible), declared in its ``JobStarted``; the types of
     :data:`SEALED_AT_ONCE` are sealed, otherwise every ``every``-th event of the job, and each
-    job's last event (a client seals its head when it goes quiet or closes)."""
+    job's last event (a client seals its head when it goes quiet or closes).
+
+    ``within``: the client's ``seal_ms`` timer, counted in positions of the whole log (a feed
+    that spreads the log evenly over time makes positions time): no event waits for its seal
+    more than ``within`` positions after the job's first unsealed one. Without it, a job whose
+    events are sparse in the log can leave a checkpoint it wrote unsealed, so held, for longer
+    than a live worker's grace period, and the jobs that consumed it are halted
+    ``UNTRACEABLE_SOURCE`` live though the end of the log resolves them (as SPEC §8 says: a
+    held write is not recorded yet)."""
     from streams.core.chain import GENESIS, chain_hash
     from streams.core.events import parse_event
     from streams.core.seals import Sealer
 
     events = list(events)
-    last = {d["job_id"]: i for i, d in enumerate(events)}
+    after: list[int] = [len(events)] * len(events)  # the index of the job's next event
+    seen_at: dict[str, int] = {}
+    for i in range(len(events) - 1, -1, -1):
+        job = events[i]["job_id"]
+        after[i] = seen_at.get(job, len(events))
+        seen_at[job] = i
     keys: dict[str, Sealer] = {}
-    state: dict[str, tuple[str, int]] = {}  # job -> (head hash, events since the last seal)
+    # job -> (head hash, events since the last seal, index of the first unsealed one)
+    state: dict[str, tuple[str, int, int]] = {}
     for i, d in enumerate(events):
         d = dict(d)
         job = d["job_id"]
         key = keys.get(job)
         if key is None:
             key = keys[job] = Sealer(hashlib.sha256(f"{seed}\x00{job}".encode()).digest())
-        head, since = state.get(job, (GENESIS, 0))
+        head, since, first = state.get(job, (GENESIS, 0, i))
+        if since == 0:
+            first = i
         d.pop("hash", None)
         d.pop("signature", None)
         if d["type"] == "JobStarted":
@@ -243,8 +260,9 @@ def seal_events(events: Iterable[dict[str, Any]], every: int = 64, seed: int = 0
         d["prev_hash"] = head
         d["hash"] = chain_hash(head, parse_event(d))
         since += 1
-        if d["type"] in SEALED_AT_ONCE or since >= every or last[job] == i:
+        if (d["type"] in SEALED_AT_ONCE or since >= every or after[i] == len(events)
+                or (within is not None and after[i] - first > within)):
             d["signature"] = key.seal(d["hash"])
             since = 0
-        state[job] = (d["hash"], since)
+        state[job] = (d["hash"], since, first)
         yield d

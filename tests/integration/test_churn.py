@@ -124,7 +124,8 @@ def test_churn_workers_join_leave_and_die_while_events_flow(cluster, kafka_boots
         jobs=300, cohort_size=10, steps=300, seed=10, divergence_rate=0.1, exploit_every=40,
         exploit_prob=0.6, alias_prob=0.05)), seed=10)
     if sealed:
-        events = list(seal_events(events, every=16))
+        # the client seals at most 1 s after an event (seal_ms): 1 s of the 40 s feed
+        events = list(seal_events(events, every=16, within=len(events) // 40))
     log = write_log(tmp_path / "events.jsonl", events)
     w = [new_worker(i) for i in range(4)]
     feeder = Feeder(kafka_bootstrap, topics.events, events, seconds=40)
