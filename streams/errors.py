@@ -14,6 +14,7 @@ One family per package, each a subclass of :class:`TraintraceError`:
 ``streams.operators``       ``OperatorError``
 ``streams.client``          ``ClientError`` (``GateRefused``)
 ``streams.demo``            ``DemoError`` (``SmokeError``)
+``streams.integrations``    ``IntegrationError``
 ==========================  ====================================================================
 """
 

@@ -39,7 +39,7 @@ the choice of the one to apply (``ControlCommand``, ``command_from_record``, ``J
 
 from streams.client.errors import ClientError, GateRefused
 from streams.client.gate import checkpoint_status
-from streams.client.hashing import hash_directory, hash_file, hash_path
+from streams.client.hashing import LoadedContent, hash_directory, hash_file, hash_path
 from streams.client.job import QUARANTINE_FILE, JobClient
 from streams.client.journal import JOURNAL_FILE, WAL_FILE
 from streams.client.restored import Restored
@@ -55,6 +55,7 @@ __all__ = [
     "JOURNAL_FILE",
     "JobClient",
     "JobView",
+    "LoadedContent",
     "QUARANTINE_FILE",
     "Restored",
     "SealPolicy",

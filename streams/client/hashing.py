@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 CHUNK = 1 << 20  # 1 MiB
@@ -97,3 +98,17 @@ def hash_path(path: str | os.PathLike[str]) -> str:
     if not p.exists():
         raise FileNotFoundError(f"checkpoint path {p} does not exist")
     raise ValueError(f"{p} is neither a regular file nor a directory")
+
+
+@dataclass(frozen=True)
+class LoadedContent:
+    """What a loader actually loaded, hashed by the loader itself: a loader that reads a file's
+    bytes once, hashes them and deserialises those same bytes returns this, so the hash checked
+    is the hash of what was loaded (no second read of a file that could have changed)."""
+
+    path: Path
+    content_hash: str
+
+    @classmethod
+    def of_bytes(cls, path: str | os.PathLike[str], data: bytes) -> "LoadedContent":
+        return cls(Path(path), hashlib.sha256(data).hexdigest())

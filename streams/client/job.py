@@ -100,7 +100,7 @@ from streams.client.control import ControlFetcher, Fetched
 from streams.client.delivery import Delivery
 from streams.client.errors import ClientError, GateRefused
 from streams.client.gate import checkpoint_status
-from streams.client.hashing import hash_path
+from streams.client.hashing import LoadedContent, hash_path
 from streams.client.journal import Journal, WalEntry
 from streams.client.restored import Restored
 from streams.client.sealing import SEAL_EVERY, SEAL_MS, SealPolicy, resolve_job_key, sealed_dict
@@ -430,13 +430,14 @@ class JobClient:
         return h
 
     def consumed(self, source_checkpoint_id: str, step: int, mode: str,
-                 load: Callable[[], str | os.PathLike[str]] | None = None,
+                 load: Callable[[], str | os.PathLike[str] | LoadedContent] | None = None,
                  expected_hash: str | None = None) -> str | None:
         """Record that the job read ``source_checkpoint_id`` at its ``step`` in ``mode``.
 
         Gate first (with ``worker_url``): see the module doc. Then ``load()`` (when given) is
-        called and must return the path it actually loaded; that content is hashed and compared
-        with ``expected_hash`` or the worker's ``content_hash``. Returns the verified content
+        called and must return the path it actually loaded (that content is hashed) or a
+        :class:`~streams.client.hashing.LoadedContent` (the loader hashed the bytes it loaded);
+        the hash is compared with ``expected_hash`` or the worker's ``content_hash``. Returns the verified content
         hash (None when nothing was compared). Raises :class:`GateRefused` (nothing emitted).
         """
         if mode not in CONSUMPTION_MODES:
@@ -449,7 +450,8 @@ class JobClient:
             loaded = load()
             want = expected_hash or info.get("content_hash")
             if want:
-                got = hash_path(loaded)
+                got = loaded.content_hash if isinstance(loaded, LoadedContent) else hash_path(loaded)
+                loaded = loaded.path if isinstance(loaded, LoadedContent) else loaded
                 if got != want:
                     raise GateRefused(
                         f"loaded content of {loaded} (sha256 {got}) does not match the recorded "

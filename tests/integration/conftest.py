@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from streams.kafka.broker import BrokerError, JavaMissing, LocalBroker, MavenMissing
+from tests.integration.frameworks import lineage_cohort  # noqa: F401 - the framework tests' fixture
 
 _HERE = Path(__file__).resolve().parent
 

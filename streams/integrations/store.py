@@ -1,0 +1,49 @@
+"""Where a cohort's checkpoints live: one directory every job of the cohort can read.
+
+A checkpoint ``ID`` is the file ``ROOT/ID.pt`` (``torch.save``) or the directory ``ROOT/ID/``
+(safetensors, or a framework's own checkpoint folder). Jobs find each other's checkpoints by id,
+which is what the lineage records; the record's ``uri`` says where it was written.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from streams.integrations.errors import IntegrationError
+
+_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+=-]*$")
+
+
+class CheckpointStore:
+    """The checkpoint directory ``root`` (created on first use)."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    def __repr__(self) -> str:
+        return f"CheckpointStore({str(self.root)!r})"
+
+    @staticmethod
+    def check_id(checkpoint_id: str) -> str:
+        if not isinstance(checkpoint_id, str) or not _SAFE.match(checkpoint_id) or ".." in checkpoint_id:
+            raise IntegrationError(f"checkpoint id {checkpoint_id!r} is not a safe file name "
+                                   "(letters, digits and . _ @ + = -, no leading dot)")
+        return checkpoint_id
+
+    def file(self, checkpoint_id: str) -> Path:
+        """Where a one-file checkpoint ``checkpoint_id`` is (or goes)."""
+        return self.root / f"{self.check_id(checkpoint_id)}.pt"
+
+    def folder(self, checkpoint_id: str) -> Path:
+        """Where a folder checkpoint ``checkpoint_id`` is (or goes)."""
+        return self.root / self.check_id(checkpoint_id)
+
+    def locate(self, checkpoint_id: str) -> Path:
+        """The checkpoint ``checkpoint_id`` (file or folder); IntegrationError when neither exists."""
+        for p in (self.file(checkpoint_id), self.folder(checkpoint_id)):
+            if p.exists():
+                return p
+        raise IntegrationError(f"checkpoint {checkpoint_id!r} is not in {self.root} "
+                               f"(neither {checkpoint_id}.pt nor {checkpoint_id}/)")
