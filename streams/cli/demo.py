@@ -35,13 +35,18 @@ from streams.cli.common import bootstrap_option, fail, resolve_bootstrap, resolv
 @click.option("--keep", is_flag=True, help="Keep the temporary work directory and the run's topics "
                                            "(removed by default once the run succeeded).")
 @click.option("--json", "as_json", is_flag=True, help="Print the final report as one JSON object.")
+@click.option("--framework", type=click.Choice(["numpy", "torch"]), default="numpy", show_default=True,
+              envvar="TRAINTRACE_DEMO_FRAMEWORK",
+              help="What the jobs train with. torch: the same MLPs in PyTorch, every checkpoint, load "
+                   "and rollback through traintrace.integrations.torch (needs the torch extra: "
+                   "pip install 'traintrace[torch]'; scripts/demo --framework torch installs it).")
 @click.option("--secure", is_flag=True,
               help="Run on the secure local broker (SASL_SSL, SCRAM-SHA-512, ACLs; started if needed, data "
                    "beside the default broker's with -secure), each part as its own role (workers: "
                    "processor, jobs: trainer, plans and alerts: operator, read-back, export and audit: "
                    "auditor), the jobs obeying only control signed by a key of WORK_DIR/keys.")
 def demo(bootstrap: str | None, gate: str, workers: int, work_dir: Path | None, keep: bool,
-         as_json: bool, secure: bool) -> None:
+         as_json: bool, framework: str, secure: bool) -> None:
     """Run the demo cohort live: six real training jobs (numpy MLPs, one process each) share
     checkpoints through PBT exploits, weight averaging and a reference model; j1's learning rate
     blows up, j2 copies j1's checkpoint after the onset, j3 another one from before it.
@@ -68,6 +73,11 @@ def demo(bootstrap: str | None, gate: str, workers: int, work_dir: Path | None, 
     from streams.demo.leftovers import make_work_dir, tidy_up
 
     console = _console()
+    if framework == "torch":
+        import importlib.util
+
+        if importlib.util.find_spec("torch") is None:
+            fail("--framework torch needs PyTorch: pip install 'traintrace[torch]' (or scripts/demo --framework torch)")
     kafka, bootstrap, started = _kafka(bootstrap, secure)
     try:
         work, temporary = make_work_dir(work_dir)
@@ -79,7 +89,7 @@ def demo(bootstrap: str | None, gate: str, workers: int, work_dir: Path | None, 
         with _sigterm_as_interrupt():
             if not as_json:
                 _print_intro(console, bootstrap, started, secure)
-            report = _run(console, kafka, work, gate, workers, as_json)
+            report = _run(console, kafka, work, gate, workers, as_json, framework)
     except DemoError as exc:
         fail(str(exc), 1)
     except KeyboardInterrupt:
@@ -146,7 +156,8 @@ def _print_intro(console: Console, bootstrap: str, started: bool, secure: bool) 
     console.print(Panel(describe(), title="the story", title_align="left", expand=False))
 
 
-def _run(console: Console, kafka: Any, work: Path, gate: str, workers: int, as_json: bool) -> dict[str, Any]:
+def _run(console: Console, kafka: Any, work: Path, gate: str, workers: int, as_json: bool,
+         framework: str = "numpy") -> dict[str, Any]:
     """The run, shown as it goes: a live view on a terminal, a line per phase in a log, nothing
     with --json."""
     from streams.demo.run import run_demo
@@ -156,11 +167,11 @@ def _run(console: Console, kafka: Any, work: Path, gate: str, workers: int, as_j
 
         with Live(console=console, auto_refresh=False, transient=False,
                   redirect_stdout=False, redirect_stderr=False) as live:
-            return run_demo(kafka, work, gate=gate, workers=workers, live=True,
+            return run_demo(kafka, work, gate=gate, workers=workers, live=True, framework=framework,
                             on_tick=lambda st: live.update(render_live(st), refresh=True))
     if as_json:
-        return run_demo(kafka, work, gate=gate, workers=workers)
-    console.print(f"running: {workers} worker(s), 6 jobs, gate {gate}; work dir {work}")
+        return run_demo(kafka, work, gate=gate, workers=workers, framework=framework)
+    console.print(f"running: {workers} worker(s), 6 jobs ({framework}), gate {gate}; work dir {work}")
     seen: list[str] = []
 
     def phase_line(st: Any) -> None:  # one line per phase, no redrawing
@@ -168,7 +179,7 @@ def _run(console: Console, kafka: Any, work: Path, gate: str, workers: int, as_j
             seen.append(st.phase)
             console.print(f"[dim]{st.elapsed:6.1f}s  {st.phase}[/dim]", highlight=False)
 
-    return run_demo(kafka, work, gate=gate, workers=workers, on_tick=phase_line)
+    return run_demo(kafka, work, gate=gate, workers=workers, on_tick=phase_line, framework=framework)
 
 
 def _print_outcome(console: Console, report: dict[str, Any], bootstrap: str, started: bool,

@@ -333,7 +333,7 @@ class _TrainingJob:
         self.window = window
         self.spike_factor = spike_factor
 
-        self.theta = M.base_theta(self.cfg)
+        self._init_model()
         self.step = 0
         self.incarnation = 0
         self.reference: _Reference | None = None
@@ -372,7 +372,7 @@ class _TrainingJob:
                 last = self.own.get(final) if final is not None else None
                 if last is None or (last.step, last.incarnation) != (self.step, self.incarnation):
                     final = self._write_checkpoint()  # the final weights, unless just saved
-                ev_loss, ev_acc = M.evaluate(self.theta, self.task)
+                ev_loss, ev_acc = self._evaluate()
                 self.result.eval_loss, self.result.eval_accuracy = ev_loss, ev_acc
             client.finished(status, final_checkpoint_id=final)
             self.result.status = status
@@ -398,11 +398,7 @@ class _TrainingJob:
         spec = self.spec
         s = self.step + 1
         x, y = self.task.batch(spec.seed, s)
-        ref_probs = None
-        if self.reference is not None:
-            ref_probs = M.predict_proba(self.reference.theta, x, self.cfg)
-        stats, grad = M.loss_and_grad(self.theta, x, y, self.cfg, ref_probs=ref_probs,
-                                      ref_coef=self.reference.coef if self.reference else 0.0)
+        stats = self._forward_backward(x, y)
         self.result.steps_computed += 1
         lr = spec.lr_at(s, self.incarnation)
         epoch = self.task.epoch_of(s)
@@ -413,7 +409,7 @@ class _TrainingJob:
                                              f"{stats.grad_norm!r} at step {s}")
         spike = self._spike(stats.loss)
         self.last_loss = stats.loss
-        self.theta = M.sgd_step(self.theta, grad, lr)
+        self._update(lr)
         self.step = s
         logged = s % spec.progress_every == 0 or spike is not None  # the guard logs what tripped it
         if logged:
@@ -512,15 +508,8 @@ class _TrainingJob:
             return
         ck_id = entry["checkpoint_id"]
         record["checkpoint_id"] = ck_id
-        loaded: dict[str, np.ndarray] = {}
-
-        def load() -> str:
-            loaded["theta"] = M.load_checkpoint(entry["path"], self.cfg)
-            return entry["path"]
-
         try:
-            self.client.consumed(ck_id, self.step, share.mode, load=load,
-                                 expected_hash=entry.get("content_hash"))
+            self._consume(ck_id, entry, share)
         except Exception as exc:
             if not _is_gate_refusal(exc):
                 raise
@@ -528,17 +517,6 @@ class _TrainingJob:
             self.result.refused.append(record)
             log.warning("[%s] gate refused %s of %s: %s", spec.job_id, share.mode, ck_id, exc)
             return
-        peer = loaded["theta"] if "theta" in loaded else M.load_checkpoint(entry["path"], self.cfg)
-        if share.mode == "PBT_EXPLOIT":
-            self.theta = peer.copy()
-        elif share.mode == "MERGE":
-            self.theta = M.average(self.theta, peer, share.weight)
-        elif share.mode == "REFERENCE":
-            self.reference = _Reference(ck_id, peer, share.weight)
-        elif share.mode == "EVAL_ONLY":
-            ev_loss, ev_acc = M.evaluate(peer, self.task)
-            self.result.evaluations.append({"checkpoint_id": ck_id, "step": self.step,
-                                            "eval_loss": ev_loss, "eval_accuracy": ev_acc})
         self.result.consumed.append(record)
         log.info("[%s] step %d: %s %s", spec.job_id, self.step, share.mode, ck_id)
 
@@ -553,12 +531,9 @@ class _TrainingJob:
 
     def _write_checkpoint(self) -> str:
         ck_id = self._checkpoint_id(self.step)
-        path = (self.dir / f"{ck_id}.npy").resolve()
-        digest = M.save_checkpoint(path, self.theta)
         epoch = self.task.epoch_of(self.step)
+        path, content_hash = self._persist(ck_id, epoch)
         uri = path.as_uri()
-        got = self.client.checkpoint_written(ck_id, str(path), self.step, epoch, uri=uri)
-        content_hash = got if isinstance(got, str) and got else digest
         self.own[ck_id] = _OwnCheckpoint(ck_id, str(path), self.step, self.incarnation, self.reference)
         self.result.checkpoints.append(ck_id)
         self.registry.publish({
@@ -589,24 +564,8 @@ class _TrainingJob:
         command_id = getattr(cmd, "command_id", None)
         action = cmd.action
         target = cmd.target_checkpoint_id
-        if action == "ROLLBACK":
-            if target is None:
-                raise ValueError(f"{self.spec.job_id}: ROLLBACK command {command_id} names no checkpoint")
-            path, ck_step, reference = self._resolve(target)
-            theta = M.load_checkpoint(path, self.cfg)
-            step = cmd.target_step if cmd.target_step is not None else ck_step
-        elif action == "RESTART_FROM_BASE":
-            reference = None
-            if target is not None:
-                theta = M.load_checkpoint(self._resolve(target)[0], self.cfg)
-            else:
-                theta = M.base_theta(self.cfg)
-            step = cmd.target_step or 0
-        elif action == "RESTART_FROM_SCRATCH":
-            reference, theta, step = None, M.base_theta(self.cfg), 0
-        else:
-            raise ValueError(f"{self.spec.job_id}: command {command_id} has an unknown action {action!r}")
-        self.theta, self.step, self.reference = theta, int(step), reference
+        step, reference = self._restore(cmd)
+        self.step, self.reference = int(step), reference
         self.incarnation += 1
         self.kept = []
         self.reported = False
@@ -616,6 +575,73 @@ class _TrainingJob:
                                      "incarnation": self.incarnation})
         log.warning("[%s] %s to %s: step %d, incarnation %d", self.spec.job_id, action, target,
                     self.step, self.incarnation)
+
+    # ------------------------------------------------------- the model (numpy)
+
+    def _init_model(self) -> None:
+        self.theta = M.base_theta(self.cfg)
+
+    def _evaluate(self) -> tuple[float, float]:
+        return M.evaluate(self.theta, self.task)
+
+    def _forward_backward(self, x: np.ndarray, y: np.ndarray) -> M.StepStats:
+        ref_probs = None
+        if self.reference is not None:
+            ref_probs = M.predict_proba(self.reference.theta, x, self.cfg)
+        stats, self._grad = M.loss_and_grad(self.theta, x, y, self.cfg, ref_probs=ref_probs,
+                                            ref_coef=self.reference.coef if self.reference else 0.0)
+        return stats
+
+    def _update(self, lr: float) -> None:
+        self.theta = M.sgd_step(self.theta, self._grad, lr)
+
+    def _persist(self, ck_id: str, epoch: int) -> tuple[Path, str]:
+        """Write the checkpoint ``ck_id`` of the current weights and record it: (path, hash)."""
+        path = (self.dir / f"{ck_id}.npy").resolve()
+        digest = M.save_checkpoint(path, self.theta)
+        got = self.client.checkpoint_written(ck_id, str(path), self.step, epoch, uri=path.as_uri())
+        return path, got if isinstance(got, str) and got else digest
+
+    def _consume(self, ck_id: str, entry: dict[str, Any], share: Share) -> None:
+        """Load ``ck_id`` (the registry's ``entry``) through the gate and apply it as ``share``
+        says; a gate refusal propagates (nothing applied)."""
+        loaded: dict[str, np.ndarray] = {}
+
+        def load() -> str:
+            loaded["theta"] = M.load_checkpoint(entry["path"], self.cfg)
+            return entry["path"]
+
+        self.client.consumed(ck_id, self.step, share.mode, load=load, expected_hash=entry.get("content_hash"))
+        peer = loaded["theta"] if "theta" in loaded else M.load_checkpoint(entry["path"], self.cfg)
+        if share.mode == "PBT_EXPLOIT":
+            self.theta = peer.copy()
+        elif share.mode == "MERGE":
+            self.theta = M.average(self.theta, peer, share.weight)
+        elif share.mode == "REFERENCE":
+            self.reference = _Reference(ck_id, peer, share.weight)
+        elif share.mode == "EVAL_ONLY":
+            ev_loss, ev_acc = M.evaluate(peer, self.task)
+            self.result.evaluations.append({"checkpoint_id": ck_id, "step": self.step,
+                                            "eval_loss": ev_loss, "eval_accuracy": ev_acc})
+
+    def _restore(self, cmd: Any) -> tuple[int, Any]:
+        """Restore the weights ``cmd`` asks for: (the step training resumes at, the reference
+        model in force there)."""
+        action, target = cmd.action, cmd.target_checkpoint_id
+        if action == "ROLLBACK":
+            if target is None:
+                raise ValueError(f"{self.spec.job_id}: ROLLBACK command {getattr(cmd, 'command_id', None)} names no checkpoint")
+            path, ck_step, reference = self._resolve(target)
+            self.theta = M.load_checkpoint(path, self.cfg)
+            return (cmd.target_step if cmd.target_step is not None else ck_step), reference
+        if action == "RESTART_FROM_BASE":
+            self.theta = (M.load_checkpoint(self._resolve(target)[0], self.cfg) if target is not None
+                          else M.base_theta(self.cfg))
+            return cmd.target_step or 0, None
+        if action == "RESTART_FROM_SCRATCH":
+            self.theta = M.base_theta(self.cfg)
+            return 0, None
+        raise ValueError(f"{self.spec.job_id}: command {getattr(cmd, 'command_id', None)} has an unknown action {action!r}")
 
     def _on_halt(self, cmd: Any) -> None:
         self._notice("halt", cmd)

@@ -126,9 +126,11 @@ def _log_to(log_path: str) -> None:
 
 
 def job_main(job_id: str, cohort_dir: str, journal_root: str, log_path: str, steps: int,
-             client_kwargs: dict[str, Any], job_kwargs: dict[str, Any], q: Any) -> None:
-    """What one demo process runs: :func:`streams.demo.scenario.run_scenario_job`'s job, with a
-    client that reports to the parent through ``q``."""
+             client_kwargs: dict[str, Any], job_kwargs: dict[str, Any], q: Any,
+             framework: str = "numpy") -> None:
+    """What one demo process runs: :func:`streams.demo.scenario.run_scenario_job`'s job (on
+    PyTorch with ``framework="torch"``: :mod:`streams.demo.torch_job`), with a client that
+    reports to the parent through ``q``."""
     # the variables come from the parent's environment already; this says that numpy needs them
     one_thread_per_process()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
@@ -139,8 +141,13 @@ def job_main(job_id: str, cohort_dir: str, journal_root: str, log_path: str, ste
     signal.signal(signal.SIGTERM, on_term)
     _log_to(log_path)
     try:
-        from streams.demo.jobs import JobClientFactory, run_job
+        from streams.demo.jobs import JobClientFactory
         from streams.demo.scenario import cohort_spec
+
+        if framework == "torch":
+            from streams.demo.torch_job import run_torch_job as run_job
+        else:
+            from streams.demo.jobs import run_job
 
         spec = cohort_spec(job_id, steps=steps)
         factory = _ReportingFactory(JobClientFactory(Path(journal_root), **client_kwargs), q)
@@ -176,7 +183,8 @@ class JobRun:
     def all_done(self) -> bool:
         return len(self.done) >= len(self.job_ids)
 
-    def start(self, work: Path, steps: int, client_kwargs: dict[str, Any], worker_urls: list[str]) -> None:
+    def start(self, work: Path, steps: int, client_kwargs: dict[str, Any], worker_urls: list[str],
+              framework: str = "numpy") -> None:
         """One process per job, each talking to a worker's web view in turn. They start with
         SIGINT ignored (inherited through exec): a Ctrl-C on the terminal reaches the whole
         process group, and stopping the jobs is the parent's job."""
@@ -189,7 +197,8 @@ class JobRun:
                 kw = dict(client_kwargs, worker_url=worker_urls[n % len(worker_urls)])
                 p = ctx.Process(target=job_main, name=f"demo-{j}",
                                 args=(j, str(work / "cohort"), str(work / "journals"),
-                                      str(work / "logs" / f"{j}.log"), steps, kw, JOB_WAITS, self.queue))
+                                      str(work / "logs" / f"{j}.log"), steps, kw, JOB_WAITS, self.queue,
+                                      framework))
                 p.start()
                 self.procs[j] = p
         finally:

@@ -97,7 +97,8 @@ class _Live:
 def run_demo(kafka: DemoKafka | Any, work_dir: str | os.PathLike[str], *, gate: str = "warn",
              workers: int = 1, partitions: int = 4, steps: int | None = None, live: bool = False,
              on_tick: Callable[[DemoState], None] | None = None, tick_interval: float = 0.25,
-             jobs_timeout: float = 150.0, worker_timeout: float = 90.0) -> dict[str, Any]:
+             jobs_timeout: float = 150.0, worker_timeout: float = 90.0,
+             framework: str = "numpy") -> dict[str, Any]:
     """Run the demo once (see the module doc) and return its report.
 
     ``kafka``: a :class:`~streams.demo.roles.DemoKafka` (each role's settings: the secure demo),
@@ -116,8 +117,9 @@ def run_demo(kafka: DemoKafka | Any, work_dir: str | os.PathLike[str], *, gate: 
         if live:
             lv.follower = Follower(run.kafka.operator, run.topics.alerts, lv.workers, lv.codec)
             lv.follower.start()
-        _train(lv, jobs_timeout)
+        _train(lv, jobs_timeout, framework)
         report = _finish(lv)
+        report["framework"] = framework
         lv.tick("done")
         return report
     finally:
@@ -143,7 +145,7 @@ def _start_pipeline(lv: _Live, worker_timeout: float) -> None:
     lv.phases["setup_s"] = time.monotonic() - run.t0
 
 
-def _train(lv: _Live, jobs_timeout: float) -> None:
+def _train(lv: _Live, jobs_timeout: float, framework: str = "numpy") -> None:
     """Start the job processes and follow them until each has reported its end (or crashed, or
     ``jobs_timeout`` passed); then stop them."""
     run = lv.run
@@ -155,7 +157,7 @@ def _train(lv: _Live, jobs_timeout: float) -> None:
     if run.gate == "refuse":
         client_kwargs["gate_unknown_wait"] = GATE_UNKNOWN_WAIT_S
     lv.jobs = jobs = JobRun(run.job_ids)
-    jobs.start(run.work, run.steps, client_kwargs, lv.state.workers)
+    jobs.start(run.work, run.steps, client_kwargs, lv.state.workers, framework)
     lv.tick("training")
     deadline = t_jobs + jobs_timeout
     next_tick = time.monotonic()

@@ -161,8 +161,9 @@ class TorchLineage:
     ``"torch"`` (one file) or ``"safetensors"`` (a folder); ``halt_wait``: how long
     :meth:`poll` waits for an operator to release a halted job (None: for ever).
 
-    The lineage takes the client's rollback and halt callbacks (``on_rollback``, ``on_halt``);
-    ``on_restored(restored)`` is called after each restore (a framework resets its own loop).
+    The lineage becomes the client's ``on_rollback`` unless the client has one already (then
+    that callback may call :meth:`on_rollback` or :meth:`restore`); ``on_restored(restored)`` is
+    called after each restore (a framework resets its own loop).
     """
 
     def __init__(self, client: Any, store: str | os.PathLike[str] | CheckpointStore,
@@ -181,8 +182,10 @@ class TorchLineage:
         self.base_checkpoint_id: str | None = None
         self.last_checkpoint_id: str | None = None
         self.restored: Restored | None = None  # the last restore, until poll() hands it over
+        self.last_saved: LoadedContent | None = None  # where the last save went, and its hash
         self._initial: TorchCheckpoint | None = None
-        client.on_rollback = self._on_rollback
+        if getattr(client, "on_rollback", None) is None:  # else the job wired on_rollback itself
+            client.on_rollback = self.on_rollback
 
     # -- the record -------------------------------------------------------------------------------
 
@@ -190,12 +193,17 @@ class TorchLineage:
         """Record ``JobStarted``; with ``base_checkpoint_id`` the job starts from that checkpoint
         of the store (gated, hash-checked, then loaded into model, optimizer and scheduler).
         The state at this point is what ``RESTART_FROM_SCRATCH`` goes back to."""
-        self._initial = self._snapshot()
+        self.capture_start_state()
         self.base_checkpoint_id = base_checkpoint_id
         self.client.start(base_checkpoint_id=base_checkpoint_id, config_hash=config_hash)
         if base_checkpoint_id is not None:
             ck, _ = read_checkpoint(self.store.locate(base_checkpoint_id))
             self._apply_all(ck)
+
+    def capture_start_state(self) -> None:
+        """Remember the current state as what ``RESTART_FROM_SCRATCH`` restores (:meth:`start`
+        does this; a job that records ``JobStarted`` itself calls it first)."""
+        self._initial = self._snapshot()
 
     def checkpoint_id(self, step: int) -> str:
         inc = self.client.incarnation
@@ -225,7 +233,7 @@ class TorchLineage:
         else:
             content = self._save_folder(ck_id, step, epoch, extra)
         self.client.checkpoint_written(ck_id, content.path, step, epoch, content_hash=content.content_hash)
-        self.last_checkpoint_id = ck_id
+        self.last_checkpoint_id, self.last_saved = ck_id, content
         return ck_id
 
     def _save_folder(self, ck_id: str, step: int, epoch: int, extra: dict[str, Any] | None) -> LoadedContent:
@@ -331,7 +339,8 @@ class TorchLineage:
         if self.on_restored is not None:
             self.on_restored(restored)
 
-    def _on_rollback(self, cmd: ControlCommand) -> Restored:
+    def on_rollback(self, cmd: ControlCommand) -> Restored:
+        """The client's ``on_rollback``: restore what ``cmd`` asks, say what was restored."""
         restored = Restored.of(cmd)
         self.restore(restored)
         return restored

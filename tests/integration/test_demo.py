@@ -234,3 +234,27 @@ def test_gate_refuse_with_two_workers(kafka_bootstrap: str, tmp_path: Path) -> N
     # two signing workers: the audit still passes with every commitment signed
     au = report["audit"]
     assert au["passed"] and au["signed_commitments"] > 0, au
+
+
+def test_the_story_on_pytorch(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """``traintrace demo --framework torch`` (issue 15): the same story on real PyTorch, every
+    checkpoint, load and rollback through ``streams.integrations.torch``; checked the same way."""
+    pytest.importorskip("torch")
+    work = tmp_path / "run"
+    report, proc = run_demo_cli(kafka_bootstrap, work, "--framework", "torch")
+    delete_run_topics(kafka_bootstrap, report)
+    assert report["story_ok"], failed_checks(report)
+    assert proc.returncode == 0 and report["framework"] == "torch"
+    [inc] = report["incidents"]
+    assert (inc["root"]["job_id"], inc["root"]["onset_step"], inc["verdict"]) == ("j1", 110, "INTERNAL")
+    for job, plan in expected()["rollbacks"].items():
+        assert plan["target_checkpoint_id"] in [r["checkpoint_id"] for r in report["jobs"][job]["restored"]]
+    # the checkpoints are torch files in the cohort's store, the hashes recorded are theirs
+    events = [json.loads(line) for line in (work / "events.jsonl").read_text().splitlines()]
+    written = [e for e in events if e["type"] == "CheckpointWritten"]
+    assert written and all(e["uri"].endswith(f"/torch/{e['checkpoint_id']}.pt") for e in written)
+    from streams.client.hashing import hash_file
+
+    for e in written[:5]:
+        assert hash_file(e["uri"].removeprefix("file://")) == e["content_hash"]
+    assert report["audit"]["passed"]

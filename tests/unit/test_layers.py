@@ -27,6 +27,7 @@ RANKS: dict[str, int] = {
     "audit": 4,         # the log an auditor reads, the audit, proofs, export, as-of
     "operators": 4,     # publish, plans, release, alerts
     "client": 4,        # the job client
+    "integrations": 5,  # the job client inside PyTorch, HF Trainer, Lightning, Ray Tune
     "report": 5,        # the incident report (HTML/SVG/PNG)
     "demo": 5,          # the numpy demo, the smoke test, the worked example
     "testing": 6,       # generators and invariants for tests and benchmarks
