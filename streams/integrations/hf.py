@@ -1,0 +1,334 @@
+"""Hugging Face ``Trainer``: a callback that keeps the record and obeys the referee.
+
+::
+
+    from traintrace.integrations.hf import TraintraceCallback, base_model_of, train_under_control
+
+    client = traintrace.JobClient("A", "pbt-1", base_model_of(model), journal_dir="runs/A",
+                                  worker_url="http://127.0.0.1:6066")
+    callback = TraintraceCallback(client)
+    trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=[callback])
+    train_under_control(trainer, callback)   # train; roll back, resume, pause as told; JobFinished
+
+What the callback records (SPEC §4):
+
+- ``JobStarted`` at the first ``on_train_begin`` (``config_hash``: SHA-256 of the model config's
+  JSON; a restarted process whose journal already started records nothing);
+- ``Progress`` from each training log (``loss``, ``grad_norm``, ``learning_rate``; ``step`` is
+  ``state.global_step``); a non-finite loss or grad norm is also a ``DivergenceReported`` at once,
+  and training stops before the checkpoint of that step is written. The onset is the first step
+  of the logging window whose average went non-finite (conservative when ``logging_steps`` > 1).
+  ``logging_nan_inf_filter`` is switched off: with it the Trainer hides a NaN loss by averaging;
+- ``CheckpointWritten`` of each ``output_dir/checkpoint-STEP`` folder the Trainer saves, with the
+  deterministic hash of the whole folder (``streams.client.hashing.hash_directory``). Ids follow
+  the torch integration: ``JOB-STEP``, ``JOB-STEP-iN`` after the N-th rollback. A step trained
+  again after a rollback is saved to the same folder name (the Trainer's naming): the record of
+  the earlier checkpoint keeps its hash, so a later read of the old id fails the hash check.
+
+Commands are obeyed between steps (``on_step_end`` polls the client): a halt waits for the
+operator's release; a rollback stops the Trainer (nothing more is logged or saved) and
+:func:`train_under_control` resumes through the Trainer's own restore path,
+``trainer.train(resume_from_checkpoint=<target folder>)`` (model, optimizer, scheduler, RNG, data
+position). ``RESTART_FROM_SCRATCH`` (and a restart from the base, which for this callback is the
+pretrained model) reloads the weights the model had at the first ``on_train_begin`` and drops the
+Trainer's optimizer and scheduler so they are built afresh. The client records ``RolledBack`` as
+soon as the command is accepted; the Trainer does not take another step until the restore.
+
+:func:`consume` reads another job's checkpoint folder through the load-time gate (PBT exploit,
+INIT, MERGE, ...): refused when tainted or unknown, the folder's hash checked against the record,
+then the weights applied and ``CheckpointConsumed`` recorded. Do not set ``save_total_limit``:
+the Trainer would delete checkpoints a rollback may need.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from streams.client.hashing import LoadedContent, hash_directory
+from streams.client.restored import Restored
+from streams.control.commands import ControlCommand
+from streams.integrations.errors import IntegrationError, missing_framework
+from streams.integrations.guard import DivergenceGuard
+
+try:
+    import torch
+    from transformers import TrainerCallback
+except ImportError as exc:  # pragma: no cover - the extra is not installed
+    raise missing_framework("Hugging Face transformers", "hf", exc) from exc
+
+from streams.integrations.torch import COPY_MODES, merge_weights
+
+__all__ = ["TraintraceCallback", "base_model_of", "config_hash_of", "consume", "load_folder_weights",
+           "train_under_control"]
+
+log = logging.getLogger("traintrace.integrations.hf")
+
+WEIGHTS_FILE = "model.safetensors"
+
+
+def base_model_of(model: Any) -> str:
+    """The ``base_model`` of a Hugging Face model: its config's ``name_or_path`` (the hub id or
+    folder it was loaded from), else its ``model_type``."""
+    config = getattr(model, "config", None)
+    name = getattr(config, "name_or_path", "") or getattr(config, "model_type", "")
+    if not name:
+        raise IntegrationError(f"{type(model).__name__} has no config naming its base model: "
+                               "pass base_model to the JobClient yourself")
+    return str(name)
+
+
+def config_hash_of(model: Any) -> str | None:
+    """SHA-256 of the model config's JSON (sorted keys), or None without a config."""
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "to_dict"):
+        return None
+    text = json.dumps(config.to_dict(), sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _complete(model: torch.nn.Module, weights: dict[str, Any], where: Path) -> dict[str, Any]:
+    """``weights`` with the tied tensors ``save_pretrained`` leaves out (e.g. ``lm_head.weight``
+    tied to the embeddings) filled in from the tensor they share storage with."""
+    own = model.state_dict()
+    unexpected = sorted(set(weights) - set(own))
+    if unexpected:
+        raise IntegrationError(f"{where} holds {len(unexpected)} tensor(s) the model lacks: {unexpected[:5]}")
+    by_ptr = {t.data_ptr(): k for k, t in own.items() if k in weights}
+    full = dict(weights)
+    for k, t in own.items():
+        if k not in full:
+            twin = by_ptr.get(t.data_ptr())
+            if twin is None:
+                raise IntegrationError(f"{where} lacks the model's tensor {k!r}: not a checkpoint of this model")
+            full[k] = weights[twin]
+    return full
+
+
+def load_folder_weights(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], LoadedContent]:
+    """The weights of a Trainer checkpoint folder (``model.safetensors``: no code runs), with
+    the hash of the folder, taken before and after reading (they must agree)."""
+    p = Path(folder)
+    try:
+        from safetensors.torch import load_file
+
+        before = hash_directory(p)
+        weights = load_file(str(p / WEIGHTS_FILE), device="cpu")
+        after = hash_directory(p)
+    except FileNotFoundError as exc:
+        raise IntegrationError(f"checkpoint folder {p} has no {WEIGHTS_FILE}: {exc}") from exc
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise IntegrationError(f"checkpoint folder {p} cannot be read: {exc}") from exc
+    if after != before:
+        raise IntegrationError(f"checkpoint folder {p} changed while it was read: try again")
+    return weights, LoadedContent(p, after)
+
+
+class TraintraceCallback(TrainerCallback):
+    """One job's record and control inside a Hugging Face ``Trainer``, around its
+    :class:`~streams.client.JobClient` (see the module doc).
+
+    ``halt_wait``: how long a halted job waits for its release (None: for ever, then
+    IntegrationError); ``config_hash``: recorded in ``JobStarted`` (default: the hash of the
+    model's config). The callback takes the client's ``on_rollback``.
+    """
+
+    def __init__(self, client: Any, *, halt_wait: float | None = None, config_hash: str | None = None) -> None:
+        self.client = client
+        self.halt_wait = halt_wait
+        self.config_hash = config_hash
+        self.guard = DivergenceGuard(client)
+        self.checkpoints: dict[str, tuple[Path, int, str]] = {}  # id -> (folder, step, hash)
+        self.last_checkpoint_id: str | None = None
+        self.restores: list[Restored] = []  # every restore accepted, in order
+        self.pending: Restored | None = None  # accepted, not yet applied by train_under_control
+        self.model: torch.nn.Module | None = None
+        self._initial: dict[str, Any] | None = None
+        self._last_logged = 0
+        client.on_rollback = self._on_rollback
+
+    def checkpoint_id(self, step: int) -> str:
+        """``JOB-STEP`` in incarnation 0, ``JOB-STEP-iN`` after the N-th rollback."""
+        inc = self.client.incarnation
+        return f"{self.client.job_id}-{step}" + (f"-i{inc}" if inc else "")
+
+    # -- the Trainer's events ---------------------------------------------------------------------
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if args.logging_nan_inf_filter:
+            log.info("traintrace: logging_nan_inf_filter switched off so that a NaN loss is logged")
+            args.logging_nan_inf_filter = False
+        if args.save_total_limit:
+            log.warning("traintrace: save_total_limit=%s deletes checkpoints a rollback may need",
+                        args.save_total_limit)
+        self.model = model
+        if self._initial is None and model is not None:
+            self._initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        if not self.client.started:
+            self.client.start(config_hash=self.config_hash or config_hash_of(model))
+        self._last_logged = state.global_step
+        return control
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.client.poll()
+        if self.client.halted and not self.client.wait_while_halted(self.halt_wait):
+            raise IntegrationError(f"job {self.client.job_id!r} is halted ({self.client.halt}) and was "
+                                   f"not released within {self.halt_wait} s: release it or stop the job")
+        if self.pending is not None or self.guard.tripped:
+            self._stop(control)
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs or "loss" not in logs or self.pending is not None or self.guard.tripped:
+            return control
+        step = state.global_step
+        loss = float(logs["loss"])
+        grad_norm = _float(logs.get("grad_norm"))
+        self.client.progress(step, int(state.epoch or 0), loss, grad_norm, _float(logs.get("learning_rate")))
+        onset = min(step, self._last_logged + 1)  # the logged loss averages (last log, step]
+        self._last_logged = step
+        if self.guard.check(onset, loss, grad_norm):
+            self._stop(control)
+        return control
+
+    def on_save(self, args, state, control, **kwargs):
+        step = state.global_step
+        folder = Path(args.output_dir) / f"checkpoint-{step}"
+        if not folder.is_dir():
+            raise IntegrationError(f"the Trainer's checkpoint {folder} is not there: is output_dir shared "
+                                   "or the Trainer a custom one saving elsewhere?")
+        ck_id = self.checkpoint_id(step)
+        h = self.client.checkpoint_written(ck_id, folder, step, int(state.epoch or 0))
+        self.checkpoints[ck_id] = (folder, step, h)
+        self.last_checkpoint_id = ck_id
+        return control
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        if self.pending is not None or self.guard.tripped:
+            self._stop(control)
+        return control
+
+    @staticmethod
+    def _stop(control) -> None:
+        control.should_training_stop = True
+        control.should_save = control.should_log = control.should_evaluate = False
+
+    # -- commands ---------------------------------------------------------------------------------
+
+    def _on_rollback(self, cmd: ControlCommand) -> Restored:
+        """Accept a rollback: check the target can be restored (before the client records
+        ``RolledBack``) and stop the Trainer; :func:`train_under_control` restores."""
+        r = Restored.of(cmd)
+        if r.checkpoint_id is not None:
+            if r.checkpoint_id not in self.checkpoints:
+                raise IntegrationError(f"rollback target {r.checkpoint_id!r} is not a checkpoint this job "
+                                       f"wrote here (known: {sorted(self.checkpoints)[:8]}); restore it by hand")
+            folder, step, h = self.checkpoints[r.checkpoint_id]
+            if hash_directory(folder) != h:
+                raise IntegrationError(f"rollback target {r.checkpoint_id} at {folder} no longer has its "
+                                       "recorded content (overwritten?): restore it by hand")
+            r = Restored(r.checkpoint_id, step)
+        elif self._initial is None:
+            raise IntegrationError("a restart before the first on_train_begin: no pretrained state to go back to")
+        self.pending = r
+        self.restores.append(r)
+        self.last_checkpoint_id = r.checkpoint_id
+        return r
+
+    def wait_for_command(self, timeout: float = 120.0, interval: float = 0.2) -> bool:
+        """After a divergence: poll until the referee's rollback is accepted (True) or ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while self.pending is None and time.monotonic() < deadline:
+            self.client.poll(timeout=interval)
+            if self.client.halted and not self.client.wait_while_halted(self.halt_wait):
+                raise IntegrationError(f"job {self.client.job_id!r} is halted and was not released")
+        return self.pending is not None
+
+    def prepare_restore(self, trainer: Any, restored: Restored, own_optimizer: bool = True) -> str | None:
+        """Make ``trainer`` ready to train again as ``restored`` says; returns the folder to pass
+        as ``resume_from_checkpoint`` (None: train from the pretrained weights, step 0)."""
+        if restored.checkpoint_id is not None:
+            return str(self.checkpoints[restored.checkpoint_id][0])
+        trainer.model.load_state_dict(self._initial)
+        if own_optimizer:  # the Trainer built them: it builds them afresh
+            trainer.optimizer, trainer.lr_scheduler = None, None
+        else:
+            log.warning("traintrace: restart of %s keeps the optimizer you passed the Trainer: reset its "
+                        "state yourself", self.client.job_id)
+        return None
+
+    def finish(self, status: str = "SUCCEEDED") -> None:
+        """Record ``JobFinished`` (the checkpoint the job ended on) and close the client."""
+        self.client.finished(status, final_checkpoint_id=self.last_checkpoint_id)
+        self.client.close()
+
+
+def _float(x: Any) -> float | None:
+    return None if x is None else float(x)
+
+
+def train_under_control(trainer: Any, callback: TraintraceCallback, *, command_timeout: float = 120.0,
+                        finish: bool = True, **train_kwargs: Any) -> Any:
+    """``trainer.train()`` under the referee's control: after a rollback stopped it, train again
+    from the restored state (``resume_from_checkpoint`` of the target folder); after a divergence,
+    wait up to ``command_timeout`` s for the referee's command (then IntegrationError). At the end
+    records ``JobFinished`` (``finish``). Returns the last ``TrainOutput``."""
+    if callback not in trainer.callback_handler.callbacks:
+        trainer.add_callback(callback)
+    own_optimizer = trainer.optimizer is None
+    resume = train_kwargs.pop("resume_from_checkpoint", None)
+    while True:
+        out = trainer.train(resume_from_checkpoint=resume, **train_kwargs)
+        if callback.pending is None and callback.guard.tripped and not callback.wait_for_command(command_timeout):
+            raise IntegrationError(f"job {callback.client.job_id!r} diverged and no command came within "
+                                   f"{command_timeout} s: is the worker running?")
+        if callback.pending is None:
+            callback.client.poll()  # a command that came with the last step
+        restored, callback.pending = callback.pending, None
+        if restored is None:
+            break
+        resume = callback.prepare_restore(trainer, restored, own_optimizer)
+    if finish:
+        callback.finish()
+    return out
+
+
+def consume(source: Any, checkpoint_id: str, folder: str | os.PathLike[str], step: int, mode: str, *,
+            model: torch.nn.Module | None = None, weight: float = 0.5) -> Any:
+    """Consume another job's Trainer checkpoint ``folder`` (``checkpoint_id``) at this job's
+    ``step`` in ``mode``, through the gate: ``source`` is the job's TraintraceCallback (its model
+    is used) or JobClient (pass ``model``). INIT and PBT_EXPLOIT load the weights (the optimizer
+    is the job's own), MERGE averages them in (``weight`` of the source), REFERENCE and DISTILL
+    return a frozen copy holding them, EVAL_ONLY returns the weights. Raises GateRefused
+    (nothing recorded, nothing applied)."""
+    client = getattr(source, "client", source)
+    model = model if model is not None else getattr(source, "model", None)
+    if model is None:
+        raise IntegrationError("consume needs the model: pass model= (or a callback after on_train_begin)")
+    got: list[dict[str, Any]] = []
+
+    def loader() -> LoadedContent:
+        weights, content = load_folder_weights(folder)
+        got.append(weights if mode == "EVAL_ONLY" else _complete(model, weights, Path(folder)))
+        return content
+
+    client.consumed(checkpoint_id, step, mode, load=loader)
+    weights = got[0]
+    if mode == "EVAL_ONLY":
+        return weights
+    if mode in COPY_MODES:
+        model.load_state_dict(weights)
+    elif mode == "MERGE":
+        merge_weights(model, weights, weight)
+    elif mode in ("REFERENCE", "DISTILL"):
+        frozen = copy.deepcopy(model)
+        frozen.load_state_dict(weights)
+        frozen.eval().requires_grad_(False)
+        return frozen
+    return weights
