@@ -1,0 +1,342 @@
+"""Ray Tune population-based training: every trial a job, every exploit recorded, through the gate.
+
+PBT's exploit step copies one trial's checkpoint into another: the very sharing the lineage
+exists to record. :class:`LineagePBT` is Ray's ``PopulationBasedTraining`` with the lineage's part
+done in the Tune driver, so the trainable is the user's own, unchanged::
+
+    from ray import tune
+    from traintrace.integrations.ray import LineagePBT
+
+    pbt = LineagePBT(journal_dir="runs/journals", cohort="pbt-1", base_model="tiny-mlp",
+                     client_kwargs={"worker_url": "http://127.0.0.1:6066"},
+                     time_attr="training_iteration", perturbation_interval=2,
+                     hyperparam_mutations={"lr": tune.loguniform(1e-4, 1e-1)})
+    tuner = tune.Tuner(train_fn, param_space={"lr": tune.loguniform(1e-4, 1e-1)},
+                       tune_config=tune.TuneConfig(scheduler=pbt, metric="loss", mode="min",
+                                                   num_samples=4))
+    tuner.fit()
+
+What it records (SPEC §4), one :class:`~streams.client.JobClient` per trial living in the driver
+(job id: the trial id; cohort: ``cohort`` or the experiment's directory name):
+
+- ``JobStarted`` when Tune adds the trial; each result is ``Progress`` (step: the
+  ``training_iteration``; loss: ``loss_metric``, by default PBT's ``metric``); a non-finite loss
+  is a ``DivergenceReported`` at once (:class:`~streams.integrations.guard.DivergenceGuard`), and
+  the trial is paused until the referee says what to do.
+- A result that carries a checkpoint (``tune.report(..., checkpoint=...)``) is
+  ``CheckpointWritten`` of the persisted directory (:func:`~streams.client.hashing.hash_directory`)
+  *before* PBT decides on that result, so a trial's own checkpoint precedes its exploit. Ids are
+  ``TRIAL-ITER``, ``-iN`` after the N-th rollback and ``-xK`` after the K-th exploit (an exploit
+  resets Tune's iteration counter, and an id is never written twice).
+- Every exploit is ``CheckpointConsumed(PBT_EXPLOIT)`` of exactly the checkpoint Ray restores
+  into the trial, at the trial's iteration: the load-time gate is asked first and the hash of
+  that directory checked against the record. A tainted or unknown source is refused, and the
+  exploit goes to another trial of the upper quantile (or is skipped when none is clean).
+- The referee's commands are obeyed between results: a rollback pauses the trial and restores it
+  through Ray's own restore path (the trial's latest checkpoint set to the target, with the
+  config it had, as PBT's exploit does; to no checkpoint for a restart from the base), then the
+  client records ``RolledBack``; a halt pauses the trial until an operator releases it.
+- A completed trial is ``JobFinished`` (``SUCCEEDED``, ``FAILED`` on an error, ``CANCELLED``
+  when Tune removes it unfinished).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from streams.client.errors import GateRefused
+from streams.client.hashing import LoadedContent, hash_directory
+from streams.client.restored import Restored
+from streams.control.commands import ControlCommand
+from streams.integrations.errors import IntegrationError, missing_framework
+from streams.integrations.guard import DivergenceGuard
+
+try:
+    from ray.train._internal.session import _FutureTrainingResult, _TrainingResult
+    from ray.tune import Checkpoint
+    from ray.tune.experiment import Trial
+    from ray.tune.schedulers import PopulationBasedTraining, TrialScheduler
+except ImportError as exc:  # pragma: no cover - the extra is not installed
+    raise missing_framework("Ray Tune", "ray", exc) from exc
+
+__all__ = ["LineagePBT", "TrialJob"]
+
+log = logging.getLogger("traintrace.integrations.ray")
+ITERATION = "training_iteration"
+CHECKPOINT_DIR = "checkpoint_dir_name"
+
+
+@dataclass
+class _Written:
+    """A checkpoint recorded: where it is, the result it was reported with, the trial's config."""
+
+    trial_id: str
+    path: str
+    metrics: dict[str, Any]
+    config: dict[str, Any]
+
+
+@dataclass
+class TrialJob:
+    """One trial's side of the record: its client, its guard, and what the driver knows of it."""
+
+    trial: Any
+    client: Any
+    guard: DivergenceGuard
+    exploits: int = 0
+    last_result: tuple | None = None
+    last_checkpoint_id: str | None = None
+    held_since: float | None = None  # paused for the referee (diverged) or an operator (halted)
+    restores: list[Restored] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # exploit sources the gate refused
+
+    @property
+    def job_id(self) -> str:
+        return self.client.job_id
+
+
+class LineagePBT(PopulationBasedTraining):
+    """``PopulationBasedTraining`` that records every trial (see the module doc).
+
+    ``journal_dir``: each trial's client journal lives in ``journal_dir/TRIAL``; ``cohort``: the
+    cohort id (default: the experiment's directory name); ``base_model``: what ``JobStarted``
+    names; ``client_kwargs``: passed to each ``JobClient`` (``bootstrap``, ``topics``,
+    ``worker_url`` for the gate, ``trusted_keys``…) or ``client_factory(job_id, cohort,
+    base_model)`` builds the client itself; ``loss_metric``: the result key recorded as the loss
+    (default: PBT's ``metric``); ``hold_timeout``: seconds a trial waits for the referee or an
+    operator before it is stopped (None: for ever). Every other argument is PBT's.
+    """
+
+    def __init__(self, *, journal_dir: str | os.PathLike[str] | None = None, cohort: str | None = None,
+                 base_model: str = "ray-trial", client_kwargs: dict[str, Any] | None = None,
+                 client_factory: Callable[[str, str, str], Any] | None = None,
+                 loss_metric: str | None = None, hold_timeout: float | None = 600.0, **pbt: Any) -> None:
+        if journal_dir is None and client_factory is None:
+            raise IntegrationError("LineagePBT needs journal_dir= (or client_factory=) "
+                                   "for the trials' journals")
+        super().__init__(**pbt)
+        self.journal_dir = Path(journal_dir) if journal_dir is not None else None
+        self.cohort = cohort
+        self.base_model = base_model
+        self.client_kwargs = dict(client_kwargs or {})
+        self.client_factory = client_factory
+        self.loss_metric = loss_metric
+        self.hold_timeout = hold_timeout
+        self.jobs: dict[str, TrialJob] = {}
+        self.checkpoints: dict[str, _Written] = {}   # checkpoint id -> where and what
+        self._by_path: dict[str, str] = {}           # resolved directory -> checkpoint id
+        self._controller: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:  # Tune pickles its config: no clients, no threads
+        state = self.__dict__.copy()
+        state.update(jobs={}, checkpoints={}, _by_path={}, _controller=None)
+        return state
+
+    # -- the record -------------------------------------------------------------------------------
+
+    def _client(self, trial: Trial) -> Any:
+        cohort = self.cohort or trial.storage.experiment_dir_name
+        if self.client_factory is not None:
+            return self.client_factory(trial.trial_id, cohort, self.base_model)
+        from streams.client.job import JobClient
+
+        return JobClient(trial.trial_id, cohort, self.base_model,
+                         journal_dir=self.journal_dir / trial.trial_id, **self.client_kwargs)
+
+    def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
+        super().on_trial_add(tune_controller, trial)
+        client = self._client(trial)
+        job = TrialJob(trial, client, DivergenceGuard(client))
+        client.on_rollback = lambda cmd, job=job: self._rollback(job, cmd)
+        client.on_halt = lambda cmd, job=job: self._hold(job)
+        client.start()
+        self.jobs[trial.trial_id] = job
+
+    def checkpoint_id(self, job: TrialJob, iteration: int) -> str:
+        inc = job.client.incarnation
+        return (f"{job.job_id}-{iteration}" + (f"-i{inc}" if inc else "")
+                + (f"-x{job.exploits}" if job.exploits else ""))
+
+    def _written(self, job: TrialJob, path: str, metrics: dict[str, Any]) -> str:
+        """Record the checkpoint directory ``path`` of ``job`` once; its id."""
+        key = str(Path(path).resolve())
+        if key in self._by_path:
+            return self._by_path[key]
+        iteration = int(metrics.get(ITERATION, 0))
+        ck_id = self.checkpoint_id(job, iteration)
+        try:
+            h = hash_directory(path)
+        except OSError as exc:
+            raise IntegrationError(f"checkpoint {path} of trial {job.job_id} cannot be read: {exc}; "
+                                   "keep Tune's checkpoints until the trial ends") from exc
+        job.client.checkpoint_written(ck_id, path, iteration, 0, content_hash=h)
+        self._by_path[key] = ck_id
+        self.checkpoints[ck_id] = _Written(job.job_id, path, dict(metrics), copy.deepcopy(job.trial.config))
+        job.last_checkpoint_id = ck_id
+        return ck_id
+
+    def _record(self, job: TrialJob, result: dict[str, Any]) -> None:
+        """``Progress`` (and the divergence guard), then the result's checkpoint; once per result."""
+        key = (result.get(ITERATION), result.get("time_total_s"), result.get(CHECKPOINT_DIR))
+        if key == job.last_result or ITERATION not in result:
+            return
+        job.last_result = key
+        step = int(result[ITERATION])
+        name = self.loss_metric or self._metric
+        if name in result:
+            loss = float(result[name])
+            job.client.progress(step, 0, loss)
+            job.guard.check(step, loss)
+        if result.get(CHECKPOINT_DIR):
+            self._written(job, os.path.join(job.trial.path, result[CHECKPOINT_DIR]), result)
+
+    def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict) -> str:
+        self._controller = tune_controller
+        job = self.jobs[trial.trial_id]
+        self._record(job, result)
+        self._obey(job)
+        if trial.status == Trial.PAUSED:  # rolled back or halted just now
+            return TrialScheduler.NOOP
+        if job.guard.tripped:  # diverged: no more steps, no exploit, until the referee decides
+            self._hold(job)
+            return TrialScheduler.NOOP
+        return super().on_trial_result(tune_controller, trial, result)
+
+    def on_trial_complete(self, tune_controller: Any, trial: Trial, result: dict) -> None:
+        job = self.jobs.get(trial.trial_id)
+        if job is not None and not job.client.is_finished:
+            self._record(job, result)
+            self._finish(job, "SUCCEEDED")
+        super().on_trial_complete(tune_controller, trial, result)
+
+    def on_trial_error(self, tune_controller: Any, trial: Trial) -> None:
+        job = self.jobs.get(trial.trial_id)
+        if job is not None and not job.client.is_finished:
+            self._finish(job, "FAILED")
+        super().on_trial_error(tune_controller, trial)
+
+    def on_trial_remove(self, tune_controller: Any, trial: Trial) -> None:
+        job = self.jobs.get(trial.trial_id)
+        if job is not None and not job.client.is_finished:
+            self._finish(job, "CANCELLED" if job.held_since is None else "FAILED")
+        super().on_trial_remove(tune_controller, trial)
+
+    def _finish(self, job: TrialJob, status: str) -> None:
+        job.client.finished(status, final_checkpoint_id=job.last_checkpoint_id)
+        job.client.close()
+
+    # -- the exploit ------------------------------------------------------------------------------
+
+    def _resolved(self, trial: Trial) -> Any:
+        """``trial``'s last PBT checkpoint (a pending save resolved, as PBT does), or None."""
+        state = self._trial_state[trial]
+        ck = state.last_checkpoint
+        if isinstance(ck, _FutureTrainingResult):
+            got = ck.resolve()
+            if got:
+                state.last_result, state.last_checkpoint = got.metrics, got.checkpoint
+            ck = state.last_checkpoint if got else None
+        return ck or None
+
+    def _exploit(self, tune_controller: Any, trial: Trial, trial_to_clone: Trial) -> None:
+        """Gate, record and exploit the first clean candidate: ``trial_to_clone``, then the rest of
+        the upper quantile in random order; no exploit when every one is refused."""
+        job = self.jobs[trial.trial_id]
+        step = int(self._trial_state[trial].last_train_time)
+        others = [t for t in self._quantiles()[1] if t is not trial and t is not trial_to_clone]
+        random.shuffle(others)
+        for candidate in [trial_to_clone, *others]:
+            ck = self._resolved(candidate)
+            if ck is None:
+                continue
+            metrics = self._trial_state[candidate].last_result or {}
+            source = self._written(self.jobs[candidate.trial_id], ck.path, metrics)
+            try:
+                job.client.consumed(source, step, "PBT_EXPLOIT",
+                                    load=lambda p=ck.path: LoadedContent(p, hash_directory(p)))
+            except GateRefused as exc:
+                log.warning("traintrace: trial %s may not exploit %s (%s); trying another", trial.trial_id,
+                            source, exc.status)
+                job.refused.append(source)
+                continue
+            super()._exploit(tune_controller, trial, candidate)
+            job.exploits += 1
+            return
+        log.warning("traintrace: no clean checkpoint in the upper quantile for trial %s: no exploit",
+                    trial.trial_id)
+
+    # -- control ----------------------------------------------------------------------------------
+
+    def _obey(self, job: TrialJob) -> None:
+        if not job.client.is_finished:
+            job.client.poll()
+
+    def _pause(self, trial: Trial) -> None:
+        if trial.status == Trial.RUNNING and self._controller is not None:
+            self._controller.pause_trial(trial, should_checkpoint=False)
+
+    def _hold(self, job: TrialJob) -> None:
+        self._pause(job.trial)
+        if job.held_since is None:
+            job.held_since = time.monotonic()
+
+    def _rollback(self, job: TrialJob, cmd: ControlCommand) -> Restored:
+        """Obey a rollback through Ray's restore path: pause the trial, make the target its latest
+        checkpoint (with the config it was written under), and let Tune restore it on resume."""
+        restored = Restored.of(cmd)
+        trial = job.trial
+        self._pause(trial)
+        manager = trial.run_metadata.checkpoint_manager
+        if restored.checkpoint_id is None:  # the base of a PBT trial: no checkpoint, a fresh start
+            manager._latest_checkpoint_result = None
+        else:
+            w = self.checkpoints.get(restored.checkpoint_id)
+            if w is None or not Path(w.path).exists():
+                raise IntegrationError(f"rollback of trial {job.job_id} to {restored.checkpoint_id}: the "
+                                       "checkpoint is not one this experiment wrote (or it was deleted)")
+            manager._latest_checkpoint_result = _TrainingResult(
+                checkpoint=Checkpoint.from_directory(w.path), metrics=dict(w.metrics))
+            trial.set_config(copy.deepcopy(w.config))
+        state = self._trial_state[trial]
+        state.last_train_time = state.last_perturbation_time = restored.step
+        state.last_score, state.last_checkpoint = None, None
+        job.last_result = None
+        job.held_since = None if not job.client.halted else job.held_since
+        job.restores.append(restored)
+        return restored
+
+    def _blocked(self, job: TrialJob) -> bool:
+        """Whether ``job`` must not run: halted, or diverged and waiting for its rollback."""
+        self._obey(job)
+        blocked = job.client.halted or job.guard.tripped
+        if not blocked:
+            job.held_since = None
+        elif self.hold_timeout is not None and job.held_since is not None \
+                and time.monotonic() - job.held_since > self.hold_timeout:
+            log.error("traintrace: trial %s waited %.0f s for the referee or a release: stopping it",
+                      job.job_id, self.hold_timeout)
+            self._controller.stop_trial(job.trial)
+        return blocked
+
+    def choose_trial_to_run(self, tune_controller: Any) -> Trial | None:
+        """PBT's choice among the paused and pending trials, leaving out those held (halted or
+        diverged); the held trials' commands are applied here, while they wait."""
+        self._controller = tune_controller
+        candidates = []
+        for trial in tune_controller.get_trials():
+            job = self.jobs.get(trial.trial_id)
+            if trial.status not in (Trial.PENDING, Trial.PAUSED) or job is None or job.client.is_finished:
+                continue
+            if self._blocked(job):
+                continue
+            if not self._synch or self._trial_state[trial].last_train_time < self._next_perturbation_sync:
+                candidates.append(trial)
+        candidates.sort(key=lambda t: self._trial_state[t].last_train_time)
+        return candidates[0] if candidates else None
