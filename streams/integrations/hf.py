@@ -21,9 +21,9 @@ What the callback records (SPEC §4):
   ``logging_nan_inf_filter`` is switched off: with it the Trainer hides a NaN loss by averaging;
 - ``CheckpointWritten`` of each ``output_dir/checkpoint-STEP`` folder the Trainer saves, with the
   deterministic hash of the whole folder (``streams.client.hashing.hash_directory``). Ids follow
-  the torch integration: ``JOB-STEP``, ``JOB-STEP-iN`` after the N-th rollback. A step trained
-  again after a rollback is saved to the same folder name (the Trainer's naming): the record of
-  the earlier checkpoint keeps its hash, so a later read of the old id fails the hash check.
+  the torch integration: ``JOB-STEP``, ``JOB-STEP-iN`` after the N-th rollback; the N-th
+  incarnation saves under ``output_dir/incarnation-N`` (the Trainer names folders by step alone),
+  so no recorded checkpoint is ever overwritten.
 
 Commands are obeyed between steps (``on_step_end`` polls the client): a halt waits for the
 operator's release; a rollback stops the Trainer (nothing more is logged or saved) and
@@ -150,6 +150,7 @@ class TraintraceCallback(TrainerCallback):
         self.pending: Restored | None = None  # accepted, not yet applied by train_under_control
         self.model: torch.nn.Module | None = None
         self._initial: dict[str, Any] | None = None
+        self._output_root: Path | None = None  # args.output_dir at the first train begin
         self._last_logged = 0
         client.on_rollback = self._on_rollback
 
@@ -168,6 +169,8 @@ class TraintraceCallback(TrainerCallback):
             log.warning("traintrace: save_total_limit=%s deletes checkpoints a rollback may need",
                         args.save_total_limit)
         self.model = model
+        if self._output_root is None:
+            self._output_root = Path(args.output_dir)
         if self._initial is None and model is not None:
             self._initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
         if not self.client.started:
@@ -252,7 +255,12 @@ class TraintraceCallback(TrainerCallback):
 
     def prepare_restore(self, trainer: Any, restored: Restored, own_optimizer: bool = True) -> str | None:
         """Make ``trainer`` ready to train again as ``restored`` says; returns the folder to pass
-        as ``resume_from_checkpoint`` (None: train from the pretrained weights, step 0)."""
+        as ``resume_from_checkpoint`` (None: train from the pretrained weights, step 0).
+
+        The next incarnation saves under ``output_dir/incarnation-N``: the Trainer names a folder
+        by step alone, and a step trained again must not overwrite a recorded checkpoint."""
+        if self._output_root is not None:
+            trainer.args.output_dir = str(self._output_root / f"incarnation-{self.client.incarnation}")
         if restored.checkpoint_id is not None:
             return str(self.checkpoints[restored.checkpoint_id][0])
         trainer.model.load_state_dict(self._initial)

@@ -196,4 +196,10 @@ def test_hf_trainer_cohort_rollback_through_resume_from_checkpoint(lineage_cohor
     assert "A-12" not in written  # A stopped before saving past its divergence
     finished = {e["job_id"]: e["final_checkpoint_id"] for e in events if e["type"] == "JobFinished"}
     assert finished == {"A": "A-16-i1", "B": "B-16-i1", "D": "D-16-i1"}
+    # a step trained again went to incarnation-1/: every checkpoint still holds what was recorded
+    from streams.client.hashing import hash_directory
+
+    for e in events:
+        if e["type"] == "CheckpointWritten":
+            assert hash_directory(e["uri"].removeprefix("file://")) == e["content_hash"], e["checkpoint_id"]
     run.assert_audits_clean()
