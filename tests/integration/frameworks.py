@@ -62,6 +62,12 @@ class CohortRun:
             time.sleep(grace_s)
             wait_quiescent(self.bootstrap, self.app_id, self.topics)
 
+    def plans(self) -> dict[str, Any]:
+        """The plans and halts in force (``traintrace plans --json``)."""
+        from streams.operators.plans import effective_plans
+
+        return effective_plans(self.bootstrap, self.topics)
+
     def commands(self) -> list[tuple[str, dict[str, Any]]]:
         """Every record of ``lineage.control`` as (record name, record), in order."""
         from streams.testing.invariants import control_records

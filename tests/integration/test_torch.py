@@ -146,3 +146,44 @@ def test_torch_cohort_rollback_through_the_restore_path(lineage_cohort, tmp_path
     written = {e["checkpoint_id"] for e in events if e["type"] == "CheckpointWritten"}
     assert {"A-12", "A-12-i1", "B-16-i1", "C-16"} <= written
     run.assert_audits_clean()
+
+
+def test_a_halt_pauses_the_torch_job_in_poll_until_released(lineage_cohort, tmp_path):
+    """A job that consumed a checkpoint nobody recorded (gate warn) is halted UNTRACEABLE_SOURCE
+    after the grace period: TorchLineage.poll blocks until an operator releases it."""
+    import threading
+
+    from streams.client import checkpoint_status
+    from streams.integrations.torch import checkpoint_bytes
+    from streams.operators.release import release_job
+
+    run = lineage_cohort()
+    model, opt, sched = tiny(5)
+    client = run.client("H", gate="warn", trusted_keys=None, gate_unknown_wait=0)  # the release is unsigned
+    lineage = TorchLineage(client, tmp_path / "ckpts", model, opt, sched)
+    lineage.start()
+    ghost = lineage.store.file("ghost-1")
+    ghost.parent.mkdir(parents=True, exist_ok=True)
+    ghost.write_bytes(checkpoint_bytes(*tiny(6)[:2]))  # a file in the store that no job recorded
+    assert checkpoint_status(run.worker_url, "ghost-1")["status"] == "unknown"
+    lineage.load("ghost-1", 1, "PBT_EXPLOIT")
+    lineage.progress(1, 0.5)
+    assert client.flush(30) == 0
+    deadline = time.monotonic() + 60
+    while not client.halted:  # the grace period (4 s) on the worker's input watermark
+        assert time.monotonic() < deadline, "no HaltCommand"
+        client.poll(timeout=0.5)
+    assert client.halt["reason"] == "UNTRACEABLE_SOURCE"
+    returned: list[int | None] = []
+    waiter = threading.Thread(target=lambda: returned.append(lineage.poll(2)), daemon=True)
+    waiter.start()
+    waiter.join(2.0)
+    assert waiter.is_alive() and not returned, "poll returned while the job is halted"
+    release_job(run.bootstrap, run.topics, "H", operator="test")
+    waiter.join(60)
+    assert returned == [2] and not client.halted
+    lineage.progress(2, 0.4)
+    lineage.save(2)
+    lineage.finish()
+    run.settle()
+    assert run.plans()["halts"] == []
