@@ -30,6 +30,13 @@
   <streams.kafka.settings.KafkaSettings.refusal>` (principal, resource, operation); the events
   stay unacknowledged (in the journal) and are still sent again, so fixing the ACL or the
   credentials while the job runs lets it go on (a delivery clears the refusal).
+- **Group commit** (``sync``, the journal's fsync): an event is handed to the producer only once
+  the journal line holding it is on disk, but the caller does not wait for the disk. ``send``
+  registers the event (it is pending from then on) and a sync thread makes everything appended
+  meanwhile durable with one fsync, then produces it all in seq order. A training step pays for a
+  buffered write, not an fsync; a crash of the process loses nothing (the written line is in the
+  page cache), and a crash of the machine loses only events that never reached Kafka either. A
+  resend sends only what is durable; the rest follows its sync.
 - Seal records (:mod:`streams.client.sealing`: the head event again, now signed) are kept apart
   from the events (:meth:`send_seal`, by the seq they re-send): they do not count as pending
   events nor move the acknowledged position, but :meth:`flush` waits for them and a resend sends
@@ -54,7 +61,7 @@ log = logging.getLogger("traintrace.client")
 class Delivery:
     def __init__(self, kafka: KafkaSettings | str, topic: str, key: str, *, buffer_max: int = 100_000,
                  retry_backoff: float = 1.0, overrides: Mapping[str, Any] | None = None,
-                 on_ack: Callable[[int], None] | None = None) -> None:
+                 on_ack: Callable[[int], None] | None = None, sync: Callable[[], None] | None = None) -> None:
         kafka = KafkaSettings.of(kafka)
         self.kafka = kafka
         self.bootstrap = kafka.bootstrap
@@ -90,11 +97,20 @@ class Delivery:
         #: the cluster's refusal (principal, resource, operation), until a delivery succeeds
         self.refused: Exception | None = None
         self._closed = False
+        #: group commit (module doc): what waits for the journal's sync, and how far it is durable
+        self._sync = sync
+        self._waiting: list[tuple[bool, int]] = []  # (a seal record?, seq), in the order sent
+        self._durable = -1 if sync is not None else float("inf")
+        self.syncs = 0
         # Producer(conf) rather than kafka.producer(): a fatal error needs a new producer of the
         # same config (and the tests put a fake Producer in this module)
         self._producer = Producer(self.conf)
         self._thread = threading.Thread(target=self._loop, name=f"traintrace-delivery-{key}", daemon=True)
         self._thread.start()
+        self._syncer: threading.Thread | None = None
+        if sync is not None:
+            self._syncer = threading.Thread(target=self._sync_loop, name=f"traintrace-sync-{key}", daemon=True)
+            self._syncer.start()
 
     # -- the caller's side ------------------------------------------------------------------------
 
@@ -143,14 +159,20 @@ class Delivery:
             self._unacked[seq] = value
             if headers:
                 self._headers[seq] = headers
-            if not self._resend:
+            if self._sync is not None:
+                self._waiting.append((False, seq))
+                self._cond.notify_all()
+            elif not self._resend:
                 self._produce(seq, value)
 
     def send_seal(self, seq: int, value: bytes, headers: list | None = None) -> None:
         """Hand a seal record of the event ``seq`` to the producer (module doc)."""
         with self._cond:
             self._seals[seq] = (value, headers)
-            if not self._resend:
+            if self._sync is not None:
+                self._waiting.append((True, seq))
+                self._cond.notify_all()
+            elif not self._resend:
                 self._produce_seal(seq)
 
     def seals_pending(self) -> int:
@@ -181,6 +203,8 @@ class Delivery:
             self._closed = True
             self._cond.notify_all()
         self._thread.join(10)
+        if self._syncer is not None:
+            self._syncer.join(10)
         return left
 
     # -- the producer ---------------------------------------------------------------------------
@@ -289,6 +313,36 @@ class Delivery:
                 if self._resend and time.monotonic() >= self._resend_at and len(self._producer) == 0:
                     self._do_resend()
 
+    def _sync_loop(self) -> None:
+        """Group commit: make what was sent meanwhile durable (one sync), then produce it."""
+        while True:
+            with self._cond:
+                while not self._waiting and not self._closed:
+                    self._cond.wait(0.5)
+                if not self._waiting:
+                    return
+                batch, self._waiting = self._waiting, []
+            try:
+                self._sync()
+            except Exception as exc:  # a journal that cannot sync: nothing may be produced
+                log.error("traintrace client: the journal could not be synced (%s); retrying", exc)
+                with self._cond:
+                    self._waiting[:0] = batch
+                    self.last_error = f"journal sync failed: {exc}"
+                    self._cond.wait(1.0)
+                continue
+            with self._cond:
+                self.syncs += 1
+                self._durable = max(self._durable, max(seq for _seal, seq in batch))
+                for seal, seq in batch:
+                    if self._resend:
+                        break  # the resend sends everything durable, in order
+                    if not seal and seq in self._unacked:
+                        self._produce(seq, self._unacked[seq])
+                    elif seal and seq in self._seals:
+                        self._produce_seal(seq)
+                self._cond.notify_all()
+
     def _do_resend(self) -> None:
         """Under self._cond, with nothing in flight: send every unacknowledged event again."""
         if self._fatal:
@@ -301,6 +355,8 @@ class Delivery:
         self._resend = False
         self.resends += 1
         for seq in sorted(set(self._unacked) | set(self._seals)):
+            if seq > self._durable:
+                break  # not on disk yet: its sync produces it
             if seq in self._unacked:
                 self._produce(seq, self._unacked[seq])
             if seq in self._seals and not self._resend:

@@ -187,7 +187,9 @@ class JobClient:
     :param gate_timeout: seconds per HTTP request to the worker; ``gate_unknown_wait``: how long
         to keep asking while the worker says ``unknown`` (a checkpoint written a moment ago may
         not be folded yet).
-    :param fsync: fsync the journal on every event (default; turn off only for tests/benchmarks).
+    :param fsync: the journal is fsynced before an event is handed to the producer (default; one
+        fsync in a background thread for every event written meanwhile: group commit, see
+        :mod:`streams.client.delivery`); turn off only for tests/benchmarks.
     :param producer_overrides: extra librdkafka producer settings.
     :param follow_control: start the control fetcher (default True).
     :param trusted_keys: the keyring control records must be signed by (a directory, a file, or
@@ -278,14 +280,18 @@ class JobClient:
     def _open(self, fsync: bool, producer_overrides: Mapping[str, Any] | None, follow_control: bool) -> None:
         """Open the journal, the delivery (sending again what the last run left unacknowledged)
         and the control fetcher; whatever was opened is closed again if a step fails."""
-        self._journal = Journal(self.journal_dir, self.job_id, self.cohort_id, self.base_model, fsync=fsync)
+        # group commit: the training thread writes the journal line, the delivery's sync thread
+        # fsyncs (once for everything written meanwhile) before the producer sees the events
+        self._journal = Journal(self.journal_dir, self.job_id, self.cohort_id, self.base_model, fsync=fsync,
+                                group_commit=fsync)
         delivery: Delivery | None = None
         try:
             st = self._journal.state
             self._key = resolve_job_key(self._job_key_arg, self.journal_dir, st.public_key, st.started)
             self._seals = Sealer(self._key) if self._key is not None else None
             self._delivery = delivery = Delivery(self.kafka, self.topics.events, self.job_id,
-                                                 buffer_max=self.buffer_max, overrides=producer_overrides)
+                                                 buffer_max=self.buffer_max, overrides=producer_overrides,
+                                                 sync=self._journal.sync if fsync else None)
             self._resend_unacked()
             self._seal_restarted_head()
             if self._key is not None:
@@ -528,7 +534,7 @@ class JobClient:
             entry = WalEntry(seq, inc, ev.hash, ts, etype, value,
                              fields.get("command_id") if etype == "RolledBack" else None,
                              sealed=sealed, public_key=fields.get("public_key") if etype == "JobStarted" else None)
-            self._journal.append(entry)        # durable before the producer sees it
+            self._journal.append(entry)        # durable (the delivery's sync) before the producer sees it
             self._entries[seq] = entry
             self._delivery.send(seq, value, self.codec.headers.event(etype))
             if self._key is not None:

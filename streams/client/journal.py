@@ -44,6 +44,7 @@ import contextlib
 import fcntl
 import json
 import os
+import threading
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -187,8 +188,11 @@ class Journal:
     """
 
     def __init__(self, directory: str | os.PathLike[str], job_id: str, cohort_id: str, base_model: str,
-                 *, fsync: bool = True, compact_at: int = 10_000) -> None:
+                 *, fsync: bool = True, compact_at: int = 10_000, group_commit: bool = False) -> None:
         self.dir = Path(directory)
+        #: group commit: append() only writes; sync() (the delivery's sync thread) fsyncs
+        self.group_commit = group_commit
+        self._io = threading.Lock()  # append/sync/compact/close: sync runs in another thread
         self.dir.mkdir(parents=True, exist_ok=True)
         self.snapshot_path = self.dir / JOURNAL_FILE
         self.wal_path = self.dir / WAL_FILE
@@ -253,17 +257,25 @@ class Journal:
     # -- writing ---------------------------------------------------------------------------------
 
     def append(self, entry: WalEntry) -> None:
-        """Record one event (fsynced) and advance the state. Call before producing it."""
+        """Record one event and advance the state. Call before producing it: fsynced here, or
+        with ``group_commit`` by :meth:`sync` before the delivery produces it."""
         probe = JournalState(self.state.job_id, self.state.cohort_id, self.state.base_model,
                              next_seq=self.state.next_seq)
         probe.apply(entry)  # validates seq before anything is written
-        self._wal.write(entry.to_line())
-        self._wal.flush()
-        if self.fsync:
-            os.fsync(self._wal.fileno())
+        with self._io:
+            self._wal.write(entry.to_line())
+            self._wal.flush()
+            if self.fsync and not self.group_commit:
+                os.fsync(self._wal.fileno())
         self.state.apply(entry)
         self.wal_entries += 1
         self.head_entry = entry
+
+    def sync(self) -> None:
+        """Make every line appended so far durable (group commit: the delivery's sync thread)."""
+        with self._io:
+            if self.fsync and not self._wal.closed:
+                os.fsync(self._wal.fileno())
 
     def save(self) -> None:
         """Rewrite the snapshot atomically."""
@@ -283,13 +295,14 @@ class Journal:
         self.state.acked_seq = max(self.state.acked_seq, acked_seq)
         self.save()
         data = b"".join(e.to_line() for e in keep)
-        self._wal.close()
-        atomic_write(self.wal_path, data)
-        self._wal = open(self.wal_path, "ab")
+        with self._io:
+            self._wal.close()
+            atomic_write(self.wal_path, data)  # fsynced: what it keeps is durable
+            self._wal = open(self.wal_path, "ab")
         self.wal_entries = len(keep)
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
+        with self._io, contextlib.suppress(Exception):
             self._wal.close()
         self._release()
 
