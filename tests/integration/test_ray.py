@@ -4,6 +4,9 @@ torch trainable that knows nothing of traintrace, under :class:`LineagePBT`.
 - Every exploit Ray did (its own ``pbt_global.txt`` log, and the scheduler's count) is exactly one
   ``PBT_EXPLOIT`` event of the exploiting trial, naming a checkpoint of the trial Ray cloned,
   and the trial resumed at exactly that checkpoint's iteration (its next ``Progress``).
+- The cascade: a trial with the best (stale) score blows up to a large finite loss at iteration 3
+  after another exploited its iteration-2 checkpoint; the worker's spike detector finds it, the
+  taint margin taints that checkpoint, and both trials are rolled back through Ray's restore.
 - One trial's learning rate is blown up at iteration 3 (from its config): its loss is infinite,
   the guard reports it, the trial is held; the referee rolls it back to its iteration-2
   checkpoint, which Ray restores through its own restore path, and the trial trains to the end.
@@ -17,6 +20,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -37,7 +41,9 @@ LRS = [0.002, 0.01, 0.05, 0.2]
 
 def train_fn(config):
     """The user's trainable: a tiny regression, one checkpoint per iteration. ``lr_spike_at``
-    (iteration) multiplies the learning rate by 1e20 for that one update of a fresh run."""
+    (iteration) multiplies the learning rate by ``spike`` (1e20: an infinite loss) for that one
+    update of a fresh run (or, with ``spike_marker``, of the first pass there); ``score`` is reported as is (a stale evaluation metric); ``pace``
+    seconds of sleep per iteration."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
@@ -52,8 +58,8 @@ def train_fn(config):
             state = torch.load(os.path.join(d, "state.pt"), weights_only=True)
         model.load_state_dict(state["model"])
         start = state["iteration"]
-    for it in range(start + 1, ITERS + 1):
-        spike = 1e20 if config.get("lr_spike_at") == it and ck is None else 1.0
+    for it in range(start + 1, config.get("iters", ITERS) + 1):
+        spike = config.get("spike", 1e20) if config.get("lr_spike_at") == it and first_pass(config, ck) else 1.0
         for group in opt.param_groups:
             group["lr"] = config["lr"] * spike
         for _ in range(5):
@@ -64,7 +70,23 @@ def train_fn(config):
             loss = torch.nn.functional.mse_loss(model(x), y).item()
         d = tempfile.mkdtemp()
         torch.save({"model": model.state_dict(), "iteration": it}, os.path.join(d, "state.pt"))
-        tune.report({"loss": loss}, checkpoint=tune.Checkpoint.from_directory(d))
+        time.sleep(config.get("pace", 0.0))
+        tune.report({"loss": loss, "score": config.get("score", 0.0)},
+                    checkpoint=tune.Checkpoint.from_directory(d))
+
+
+def first_pass(config, ck) -> bool:
+    """Whether the run passes the spike iteration for the first time: a fresh run, or with
+    ``spike_marker`` (a file, for trials paused and restored as synchronous PBT does) while the
+    marker is absent; creating it (a transient fault: a restore from before it does not repeat it)."""
+    marker = config.get("spike_marker")
+    if marker is None:
+        return ck is None
+    try:
+        open(marker, "x").close()
+    except FileExistsError:
+        return False
+    return True
 
 
 @pytest.fixture(scope="module")
@@ -77,18 +99,19 @@ def ray_cluster():
     ray.shutdown()
 
 
-def run_pbt(run, tmp_path, name: str, param_space: dict, perturbation_interval: int) -> tuple:
+def run_pbt(run, tmp_path, name: str, param_space: dict, perturbation_interval: int,
+            metric: str = "loss", mode: str = "min", iters: int = ITERS, **lineage) -> tuple:
     pbt = LineagePBT(journal_dir=tmp_path / "jobs", cohort=run.cohort, base_model="tiny-mlp",
                      client_kwargs=run.client_kwargs(), hold_timeout=120,
                      time_attr="training_iteration", perturbation_interval=perturbation_interval,
                      quantile_fraction=0.25, resample_probability=0.0,
-                     hyperparam_mutations={"lr": LRS})
+                     hyperparam_mutations={"lr": LRS}, **lineage)
     tuner = tune.Tuner(
-        train_fn, param_space=param_space,
-        tune_config=tune.TuneConfig(scheduler=pbt, metric="loss", mode="min", num_samples=1,
+        train_fn, param_space={**param_space, "iters": iters},
+        tune_config=tune.TuneConfig(scheduler=pbt, metric=metric, mode=mode, num_samples=1,
                                     reuse_actors=True),
         run_config=tune.RunConfig(name=name, storage_path=str(tmp_path / "ray"), verbose=0,
-                                  stop={"training_iteration": ITERS}))
+                                  stop={"training_iteration": iters}))
     results = tuner.fit()
     return pbt, results
 
@@ -153,3 +176,100 @@ def test_a_diverged_trial_is_rolled_back_through_rays_restore(ray_cluster, linea
     assert any(e["step"] == ITERS and e["incarnation"] == 1 for e in mine if e["type"] == "CheckpointWritten")
     assert mine[-1]["type"] == "JobFinished" and mine[-1]["status"] == "SUCCEEDED"
     run.assert_audits_clean()
+
+
+def assert_audits_clean(run, config) -> None:
+    """``run.assert_audits_clean()`` with the worker's detector settings (the audit recomputes
+    the referee's commands, so it must fold with the same window and margin)."""
+    from streams.audit.audit import audit
+    from streams.audit.export import export
+    from streams.audit.log import load_archive
+    from streams.signing import load_keyring
+
+    archive = run.tmp / "log-cascade.avro"
+    export(run.bootstrap, run.topics, str(archive))
+    report = audit(load_archive(str(archive)), config=config, trusted_keys=load_keyring(str(run.keys)))
+    failures = [f.line() for c in report.checks for f in c.failures]
+    assert report.passed, failures[:20]
+
+
+def offline_plans(events: list[dict], config, before_rollbacks: bool = False) -> dict:
+    """The offline answer (``traintrace analyze``'s fold) of ``events``; with ``before_rollbacks``
+    of what the referee knew before anybody obeyed: each job's events up to its first
+    ``RolledBack``, and no ``JobFinished`` (every job still running, as when it was planned)."""
+    from streams.core.cohorts import CohortLineage
+    from streams.core.events import parse_event
+
+    lineage = CohortLineage(config)
+    stopped: set[str] = set()
+    for e in sorted(events, key=lambda e: (e["job_id"], e["seq"])):
+        if before_rollbacks:
+            if e["type"] == "RolledBack":
+                stopped.add(e["job_id"])
+            if e["job_id"] in stopped or e["type"] == "JobFinished":
+                continue
+        lineage.fold(parse_event(e))
+    lineage.finish_input()
+    return lineage.final_state()
+
+
+def test_an_exploit_of_a_diverged_trial_is_rolled_back_too(ray_cluster, lineage_cohort, tmp_path):
+    """The cascade. P reports the best (stale) score but its weights blow up at iteration 3 to a
+    large finite loss: the worker's spike detector finds it (window 2), and with a taint margin of
+    1 its iteration-2 checkpoint, which C exploited at the synchronous perturbation at 2, before
+    anybody could know, is tainted. The referee rolls back P to P-1 and C to its own checkpoint
+    before that exploit, and Ray restores both."""
+    from streams.core.state import Config
+    from streams.testing.invariants import assert_live_equals_offline
+
+    torch.set_num_threads(1)
+    run = lineage_cohort(extra_args=["--window", "2", "--taint-margin", "1"])
+    scores = {0.05: 3.0, 0.002: 2.0, 0.01: 1.0}  # P, Q, C: C exploits P at 2
+    space = {"lr": tune.grid_search(list(scores)), "pace": 0.3, "spike": 30.0,
+             "spike_marker": str(tmp_path / "spiked"),
+             "score": tune.sample_from(lambda s: scores[s.config.lr]),
+             "lr_spike_at": tune.sample_from(lambda s: 3 if s.config.lr == 0.05 else None)}
+    pbt, results = run_pbt(run, tmp_path, "cascade", space, perturbation_interval=2, metric="score",
+                           mode="max", iters=8, loss_metric="loss", synch=True)
+    assert not results.errors, results.errors
+    run.settle(grace_s=1)
+
+    jobs = {j.job_id: j for j in pbt.jobs.values()}
+    events = run.events()
+    written = {e["checkpoint_id"]: e for e in events if e["type"] == "CheckpointWritten"}
+    p = next(e["job_id"] for e in events if e["type"] == "Progress" and e["loss"] > 10)
+    spikes = [e["loss"] for e in events if e["job_id"] == p and e["type"] == "Progress"
+              and e["incarnation"] == 0]
+    assert 1e3 > spikes[2] > 3 * max(spikes[:2])  # a finite spike at iteration 3: no guard, the detector
+
+    # (a) the commands the referee issued are what the offline fold of the same evidence plans
+    config = Config(window=2, taint_margin=1)
+    planned = {pl["job_id"]: (pl["action"], pl.get("target_checkpoint_id"))
+               for pl in offline_plans(events, config, before_rollbacks=True)["plans"]}
+    live = run.rollbacks()
+    assert live == planned
+    assert live[p] == ("ROLLBACK", f"{p}-1")
+    assert_live_equals_offline(run.bootstrap, run.topics, offline_plans(events, config))
+
+    # (b) the cascade: C, which exploited P-2, goes back to its own checkpoint before the exploit
+    others = {j: cmd for j, cmd in live.items() if j != p}
+    assert others, live
+    exploits = [e for e in events if e["type"] == "CheckpointConsumed"]
+    for j, (action, target) in others.items():
+        assert action == "ROLLBACK"
+        first = next(e for e in exploits if e["job_id"] == j)
+        assert written[first["source_checkpoint_id"]]["job_id"] == p
+        assert written[target]["seq"] < first["seq"] and written[target]["job_id"] == j
+
+    # (c) every one resumed through Ray's restore at exactly its target, and finished
+    for j, (_action, target) in live.items():
+        assert [r.checkpoint_id for r in jobs[j].restores] == [target]
+        mine = [e for e in events if e["job_id"] == j]
+        rb = next(i for i, e in enumerate(mine) if e["type"] == "RolledBack")
+        assert mine[rb]["restored_checkpoint_id"] == target
+        after = [e for e in mine[rb:] if e["type"] == "Progress"]
+        assert after and after[0]["step"] == written[target]["step"] + 1, (j, target, after[:1])
+        assert after[-1]["step"] == 8, (j, [(e["type"], e.get("step")) for e in mine[rb:]])
+        assert mine[-1]["type"] == "JobFinished" and mine[-1]["status"] == "SUCCEEDED"
+    # (d)
+    assert_audits_clean(run, config)
