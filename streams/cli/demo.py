@@ -45,8 +45,11 @@ from streams.cli.common import bootstrap_option, fail, resolve_bootstrap, resolv
                    "beside the default broker's with -secure), each part as its own role (workers: "
                    "processor, jobs: trainer, plans and alerts: operator, read-back, export and audit: "
                    "auditor), the jobs obeying only control signed by a key of WORK_DIR/keys.")
+@click.option("--ui-port", type=click.IntRange(min=1, max=65535), default=None,
+              help="Serve the live lineage page (`traintrace ui`) of the run on this port while it runs, "
+                   "e.g. 6070: open http://127.0.0.1:6070/ (it stops when the run ends).")
 def demo(bootstrap: str | None, gate: str, workers: int, work_dir: Path | None, keep: bool,
-         as_json: bool, framework: str, secure: bool) -> None:
+         as_json: bool, framework: str, secure: bool, ui_port: int | None = None) -> None:
     """Run the demo cohort live: six real training jobs (numpy MLPs, one process each) share
     checkpoints through PBT exploits, weight averaging and a reference model; j1's learning rate
     blows up, j2 copies j1's checkpoint after the onset, j3 another one from before it.
@@ -89,7 +92,7 @@ def demo(bootstrap: str | None, gate: str, workers: int, work_dir: Path | None, 
         with _sigterm_as_interrupt():
             if not as_json:
                 _print_intro(console, bootstrap, started, secure)
-            report = _run(console, kafka, work, gate, workers, as_json, framework)
+            report = _run(console, kafka, work, gate, workers, as_json, framework, ui_port)
     except DemoError as exc:
         fail(str(exc), 1)
     except KeyboardInterrupt:
@@ -157,7 +160,7 @@ def _print_intro(console: Console, bootstrap: str, started: bool, secure: bool) 
 
 
 def _run(console: Console, kafka: Any, work: Path, gate: str, workers: int, as_json: bool,
-         framework: str = "numpy") -> dict[str, Any]:
+         framework: str = "numpy", ui_port: int | None = None) -> dict[str, Any]:
     """The run, shown as it goes: a live view on a terminal, a line per phase in a log, nothing
     with --json."""
     from streams.demo.run import run_demo
@@ -168,10 +171,11 @@ def _run(console: Console, kafka: Any, work: Path, gate: str, workers: int, as_j
         with Live(console=console, auto_refresh=False, transient=False,
                   redirect_stdout=False, redirect_stderr=False) as live:
             return run_demo(kafka, work, gate=gate, workers=workers, live=True, framework=framework,
-                            on_tick=lambda st: live.update(render_live(st), refresh=True))
+                            ui_port=ui_port, on_tick=lambda st: live.update(render_live(st), refresh=True))
     if as_json:
-        return run_demo(kafka, work, gate=gate, workers=workers, framework=framework)
-    console.print(f"running: {workers} worker(s), 6 jobs ({framework}), gate {gate}; work dir {work}")
+        return run_demo(kafka, work, gate=gate, workers=workers, framework=framework, ui_port=ui_port)
+    console.print(f"running: {workers} worker(s), 6 jobs ({framework}), gate {gate}; work dir {work}"
+                  + (f"; live page http://127.0.0.1:{ui_port}/" if ui_port else ""))
     seen: list[str] = []
 
     def phase_line(st: Any) -> None:  # one line per phase, no redrawing
@@ -179,7 +183,8 @@ def _run(console: Console, kafka: Any, work: Path, gate: str, workers: int, as_j
             seen.append(st.phase)
             console.print(f"[dim]{st.elapsed:6.1f}s  {st.phase}[/dim]", highlight=False)
 
-    return run_demo(kafka, work, gate=gate, workers=workers, on_tick=phase_line, framework=framework)
+    return run_demo(kafka, work, gate=gate, workers=workers, on_tick=phase_line, framework=framework,
+                    ui_port=ui_port)
 
 
 def _print_outcome(console: Console, report: dict[str, Any], bootstrap: str, started: bool,

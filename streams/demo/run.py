@@ -98,7 +98,7 @@ def run_demo(kafka: DemoKafka | Any, work_dir: str | os.PathLike[str], *, gate: 
              workers: int = 1, partitions: int = 4, steps: int | None = None, live: bool = False,
              on_tick: Callable[[DemoState], None] | None = None, tick_interval: float = 0.25,
              jobs_timeout: float = 150.0, worker_timeout: float = 90.0,
-             framework: str = "numpy") -> dict[str, Any]:
+             framework: str = "numpy", ui_port: int | None = None) -> dict[str, Any]:
     """Run the demo once (see the module doc) and return its report.
 
     ``kafka``: a :class:`~streams.demo.roles.DemoKafka` (each role's settings: the secure demo),
@@ -108,11 +108,15 @@ def run_demo(kafka: DemoKafka | Any, work_dir: str | os.PathLike[str], *, gate: 
     them continue). ``live``: follow the alerts and poll the workers' ``/jobs`` for the live view;
     ``on_tick(state)`` is called every ``tick_interval`` s while the jobs run. Raises
     :class:`streams.demo.errors.DemoError` when the pipeline cannot run; ``KeyboardInterrupt``
-    stops everything it started (jobs, workers) and propagates.
+    stops everything it started (jobs, workers) and propagates. ``ui_port``: serve the live
+    lineage page (:mod:`streams.ui`) of the run's topics on that port until the run ends.
     """
     run = new_run(kafka, work_dir, gate=gate, workers=workers, partitions=partitions, steps=steps)
     lv = _Live(run, run.new_state(), on_tick, tick_interval, Codec())
+    page = None
     try:
+        if ui_port is not None:  # up before the workers: a viewer sees the incident arrive
+            page = _start_page(run, ui_port)
         _start_pipeline(lv, worker_timeout)
         if live:
             lv.follower = Follower(run.kafka.operator, run.topics.alerts, lv.workers, lv.codec)
@@ -124,6 +128,19 @@ def run_demo(kafka: DemoKafka | Any, work_dir: str | os.PathLike[str], *, gate: 
         return report
     finally:
         _stop_everything(lv)
+        if page is not None:
+            page.stop()
+
+
+def _start_page(run: RunSetup, port: int) -> Any:
+    """The live lineage page of the run's topics (read as the auditor), serving on ``port``."""
+    from streams.demo.errors import DemoError
+    from streams.ui import UIError, start_ui
+
+    try:
+        return start_ui(run.kafka.auditor, run.topics, port=port)
+    except UIError as exc:
+        raise DemoError(str(exc)) from exc
 
 
 def _start_pipeline(lv: _Live, worker_timeout: float) -> None:
