@@ -28,6 +28,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "publish": ("streams.cli.publish", "publish"),
     "release": ("streams.cli.release", "release"),
     "smoke": ("streams.cli.smoke", "smoke"),
+    "ui": ("streams.cli.ui", "ui"),
     "worker": ("streams.cli.worker", "worker"),
     "watch": ("streams.cli.watch", "watch"),
 }

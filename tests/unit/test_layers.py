@@ -31,6 +31,7 @@ RANKS: dict[str, int] = {
     "report": 5,        # the incident report (HTML/SVG/PNG)
     "demo": 5,          # the numpy demo, the smoke test, the worked example
     "testing": 6,       # generators and invariants for tests and benchmarks
+    "ui": 5,            # the live lineage page: a follower of the topics, served over HTTP
     "cli": 7,           # entry points
     "__main__": 8,
     "__init__": 8,
