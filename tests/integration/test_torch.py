@@ -187,3 +187,43 @@ def test_a_halt_pauses_the_torch_job_in_poll_until_released(lineage_cohort, tmp_
     lineage.finish()
     run.settle()
     assert run.plans()["halts"] == []
+
+
+def test_safetensors_checkpoints_are_recorded_and_loaded_through_the_gate(lineage_cohort, tmp_path):
+    """format="safetensors": a folder (model.safetensors + training_state.pt) hashed as a tree;
+    another job merges it through the gate, and a tampered folder is refused."""
+    from streams.client.hashing import hash_directory
+
+    run = lineage_cohort()
+    store = tmp_path / "ckpts"
+    wm, wo, ws = tiny(7)
+    writer = TorchLineage(run.client("W"), store, wm, wo, ws, format="safetensors")
+    writer.start()
+    writer.progress(4, 0.5)
+    ck_id = writer.save(4)
+    folder = writer.store.folder(ck_id)
+    assert (folder / "model.safetensors").is_file() and (folder / "training_state.pt").is_file()
+    assert writer.last_saved.content_hash == hash_directory(folder)
+    ck, content = read_checkpoint(folder)
+    assert all(torch.equal(v, ck.model[k]) for k, v in wm.state_dict().items())
+    assert ck.step == 4 and ck.scheduler == ws.state_dict()
+    assert writer.client.flush(30) == 0
+
+    rm, ro, rs = tiny(8)
+    before = {k: v.clone() for k, v in rm.state_dict().items()}
+    reader = TorchLineage(run.client("R"), store, rm, ro, rs)
+    reader.start()
+    reader.load(ck_id, 2, "MERGE", weight=0.25)
+    for k, v in rm.state_dict().items():  # (1 - w) * own + w * source
+        assert torch.allclose(v, 0.75 * before[k] + 0.25 * wm.state_dict()[k], atol=1e-6), k
+    # the folder changed after it was recorded: the gate's hash check refuses it
+    (folder / "training_state.pt").write_bytes((folder / "training_state.pt").read_bytes() + b"x")
+    with pytest.raises(GateRefused) as refused:
+        reader.load(ck_id, 3, "PBT_EXPLOIT")
+    assert refused.value.status == "mismatch"
+    writer.finish()
+    reader.finish()
+    run.settle()
+    consumed = [(e["job_id"], e["source_checkpoint_id"], e["mode"]) for e in run.events()
+                if e["type"] == "CheckpointConsumed"]
+    assert consumed == [("R", ck_id, "MERGE")]
