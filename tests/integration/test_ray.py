@@ -10,8 +10,10 @@ torch trainable that knows nothing of traintrace, under :class:`LineagePBT`.
 - One trial's learning rate is blown up at iteration 3 (from its config): its loss is infinite,
   the guard reports it, the trial is held; the referee rolls it back to its iteration-2
   checkpoint, which Ray restores through its own restore path, and the trial trains to the end.
+- The gate: the best (stale) trial has already diverged when the bottom trials exploit it; its
+  checkpoint is tainted, the exploit is refused and goes to the other trial of the upper quantile.
 
-The log audits clean in both.
+The log audits clean in all.
 """
 
 from __future__ import annotations
@@ -42,8 +44,9 @@ LRS = [0.002, 0.01, 0.05, 0.2]
 def train_fn(config):
     """The user's trainable: a tiny regression, one checkpoint per iteration. ``lr_spike_at``
     (iteration) multiplies the learning rate by ``spike`` (1e20: an infinite loss) for that one
-    update of a fresh run (or, with ``spike_marker``, of the first pass there); ``score`` is reported as is (a stale evaluation metric); ``pace``
-    seconds of sleep per iteration."""
+    update of a fresh run (or, with ``spike_marker``, of the first pass there); ``score`` is
+    reported as is (a stale evaluation metric); ``pace`` seconds of sleep per iteration;
+    ``arrive_*``: the order of arrival at a synchronous perturbation (:func:`arrive`)."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
@@ -71,6 +74,7 @@ def train_fn(config):
         d = tempfile.mkdtemp()
         torch.save({"model": model.state_dict(), "iteration": it}, os.path.join(d, "state.pt"))
         time.sleep(config.get("pace", 0.0))
+        arrive(config, it)
         tune.report({"loss": loss, "score": config.get("score", 0.0)},
                     checkpoint=tune.Checkpoint.from_directory(d))
 
@@ -89,6 +93,22 @@ def first_pass(config, ck) -> bool:
     return True
 
 
+def arrive(config, it: int) -> None:
+    """At iteration ``arrive_at`` each trial leaves a file in ``arrive_dir`` before it reports;
+    the one with ``arrive_last`` first waits for ``arrive_after`` such files and a moment more, so
+    its result is the one that completes the synchronous perturbation there."""
+    d = config.get("arrive_dir")
+    if d is None or config.get("arrive_at") != it:
+        return
+    if not config.get("arrive_last"):
+        open(os.path.join(d, str(config["lr"])), "a").close()
+        return
+    deadline = time.monotonic() + 60
+    while len(os.listdir(d)) < config["arrive_after"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)
+
+
 @pytest.fixture(scope="module")
 def ray_cluster():
     from ray import cloudpickle
@@ -100,11 +120,12 @@ def ray_cluster():
 
 
 def run_pbt(run, tmp_path, name: str, param_space: dict, perturbation_interval: int,
-            metric: str = "loss", mode: str = "min", iters: int = ITERS, **lineage) -> tuple:
+            metric: str = "loss", mode: str = "min", iters: int = ITERS, quantile_fraction: float = 0.25,
+            **lineage) -> tuple:
     pbt = LineagePBT(journal_dir=tmp_path / "jobs", cohort=run.cohort, base_model="tiny-mlp",
                      client_kwargs=run.client_kwargs(), hold_timeout=120,
                      time_attr="training_iteration", perturbation_interval=perturbation_interval,
-                     quantile_fraction=0.25, resample_probability=0.0,
+                     quantile_fraction=quantile_fraction, resample_probability=0.0,
                      hyperparam_mutations={"lr": LRS}, **lineage)
     tuner = tune.Tuner(
         train_fn, param_space={**param_space, "iters": iters},
@@ -272,4 +293,94 @@ def test_an_exploit_of_a_diverged_trial_is_rolled_back_too(ray_cluster, lineage_
         assert after[-1]["step"] == 8, (j, [(e["type"], e.get("step")) for e in mine[rb:]])
         assert mine[-1]["type"] == "JobFinished" and mine[-1]["status"] == "SUCCEEDED"
     # (d)
+    assert_audits_clean(run, config)
+
+
+class _CloneFirst:
+    """Ray PBT's ``random`` with the choice of the trial to clone fixed: ``first`` whenever it is
+    among the choices (as if the draw had landed on it); everything else is the real module."""
+
+    def __init__(self, first):
+        self.first = first
+
+    def choice(self, seq):
+        import random
+
+        hits = [t for t in seq if getattr(t, "trial_id", None) and self.first(t)]
+        return hits[0] if hits else random.choice(seq)
+
+    def __getattr__(self, name):
+        import random
+
+        return getattr(random, name)
+
+
+def test_an_exploit_of_a_tainted_checkpoint_is_refused_and_another_taken(
+        ray_cluster, lineage_cohort, tmp_path, monkeypatch):
+    """The gate. Four trials, synchronous PBT at iteration 3, upper quantile {P, Q} by a stale
+    score. P blows up at 3 to a large finite loss and is the last to arrive there: when the
+    perturbation runs, the worker has found the spike (window 2) and P-3 is tainted. Ray's draw
+    for both bottom trials is P (fixed here): the gate refuses P-3 and each exploits Q-3
+    instead; Ray's log, the scheduler and the record agree, and P alone is rolled back."""
+    import ray.tune.schedulers.pbt as ray_pbt
+
+    from streams.client import checkpoint_status
+    from streams.core.state import Config
+
+    torch.set_num_threads(1)
+    run = lineage_cohort(extra_args=["--window", "2"])
+    arrived = tmp_path / "arrived"
+    arrived.mkdir()
+    scores = {0.05: 4.0, 0.2: 3.0, 0.01: 2.0, 0.002: 1.0}  # P, Q (upper); two bottom trials
+    space = {"lr": tune.grid_search(list(scores)), "spike": 30.0, "spike_marker": str(tmp_path / "spiked"),
+             "score": tune.sample_from(lambda s: scores[s.config.lr]),
+             "lr_spike_at": tune.sample_from(lambda s: 3 if s.config.lr == 0.05 else None),
+             "arrive_dir": str(arrived), "arrive_at": 3, "arrive_after": 3,
+             "arrive_last": tune.sample_from(lambda s: s.config.lr == 0.05)}
+    monkeypatch.setattr(ray_pbt, "random", _CloneFirst(lambda t: t.config.get("score") == 4.0))
+    pbt, results = run_pbt(run, tmp_path, "gate", space, perturbation_interval=3, metric="score",
+                           mode="max", iters=5, quantile_fraction=0.5, loss_metric="loss", synch=True)
+    assert not results.errors, results.errors
+    run.settle(grace_s=1)
+
+    jobs = {j.job_id: j for j in pbt.jobs.values()}
+    events = run.events()
+    p = next(e["job_id"] for e in events if e["type"] == "Progress" and e["loss"] > 10)
+    q = next(j for j, job in jobs.items() if j != p and job.trial.config["score"] == 3.0 and not job.exploits)
+    bottom = sorted(set(jobs) - {p, q})
+    assert jobs[p].trial.config["score"] == 4.0 and len(bottom) == 2
+
+    # (a) the refusal: each bottom trial drew P, the gate refused P-3, it exploited Q-3 instead
+    for j in bottom:
+        assert jobs[j].refused == [f"{p}-3"] and jobs[j].exploits == 1, (j, jobs[j].refused)
+    assert not jobs[p].refused and not jobs[q].refused and not jobs[p].exploits
+    exploits = [e for e in events if e["type"] == "CheckpointConsumed"]
+    assert sorted((e["job_id"], e["source_checkpoint_id"], e["mode"], e["step"]) for e in exploits) == \
+        [(j, f"{q}-3", "PBT_EXPLOIT", 3) for j in bottom]
+    for e in exploits:  # resumed at exactly Q-3
+        after = [x for x in events if x["job_id"] == e["job_id"] and x["type"] == "Progress"
+                 and x["seq"] > e["seq"]]
+        assert after and after[0]["step"] == 4, (e, after[:1])
+
+    # (b) no exploit names a tainted source: at the worker's gate and in the offline fold
+    config = Config(window=2)
+    tainted = set(offline_plans(events, config)["tainted_checkpoints"])
+    assert f"{p}-3" in tainted and checkpoint_status(run.worker_url, f"{p}-3")["status"] == "tainted"
+    for e in exploits:
+        src = e["source_checkpoint_id"]
+        assert src not in tainted and checkpoint_status(run.worker_url, src)["status"] == "clean"
+
+    # (c) Ray's own log agrees: two exploits, both of Q
+    ray_log = tmp_path / "ray" / "gate" / "pbt_global.txt"
+    lines = ray_log.read_text().splitlines() if ray_log.exists() else []
+    tag_to_trial = {pbt._trial_state[j.trial].orig_tag: tid for tid, j in pbt.jobs.items()}
+    ray_pairs = sorted((tag_to_trial[x[0]], tag_to_trial[x[1]]) for x in map(json.loads, lines))
+    assert pbt._num_perturbations == len(ray_pairs) == 2
+    assert ray_pairs == sorted((e["job_id"], q) for e in exploits)
+
+    # (d) P alone is rolled back, through Ray's restore, and everyone finishes
+    assert run.rollbacks() == {p: ("ROLLBACK", f"{p}-2")}
+    assert [(r.checkpoint_id, r.step) for r in jobs[p].restores] == [(f"{p}-2", 2)]
+    finished = {e["job_id"]: e["status"] for e in events if e["type"] == "JobFinished"}
+    assert finished == {j: "SUCCEEDED" for j in jobs}
     assert_audits_clean(run, config)
