@@ -15,6 +15,7 @@ One family per package, each a subclass of :class:`TraintraceError`:
 ``streams.client``          ``ClientError`` (``GateRefused``)
 ``streams.demo``            ``DemoError`` (``SmokeError``)
 ``streams.integrations``    ``IntegrationError``
+``streams.openlineage``     ``OpenLineageError`` (``TransportConfigError``, ``EmitError``)
 ``streams.ui``              ``UIError`` (``PortInUse``)
 ==========================  ====================================================================
 """

@@ -21,6 +21,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("streams.cli.demo", "demo"),
     "export": ("streams.cli.export", "export"),
     "keygen": ("streams.cli.keys", "keygen"),
+    "openlineage": ("streams.cli.openlineage", "openlineage"),
     "prove": ("streams.cli.proofs", "prove"),
     "report": ("streams.cli.report", "report"),
     "verify-proof": ("streams.cli.proofs", "verify_proof"),

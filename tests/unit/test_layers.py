@@ -30,6 +30,7 @@ RANKS: dict[str, int] = {
     "integrations": 5,  # the job client inside PyTorch, HF Trainer, Lightning, Ray Tune
     "report": 5,        # the incident report (HTML/SVG/PNG)
     "demo": 5,          # the numpy demo, the smoke test, the worked example
+    "openlineage": 5,   # OpenLineage RunEvents out: mapping, facets, the client's transports, the follower
     "testing": 6,       # generators and invariants for tests and benchmarks
     "ui": 5,            # the live lineage page: a follower of the topics, served over HTTP
     "cli": 7,           # entry points
