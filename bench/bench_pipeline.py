@@ -88,9 +88,7 @@ def folded(workers) -> float:
     total = 0.0
     for w in workers:
         try:
-            for line in w.get("/metrics").splitlines():
-                if line.startswith("traintrace_events_folded_total"):
-                    total += float(line.split()[-1])
+            total += w.metric("traintrace_events_folded_total")
         except Exception:
             pass
     return total

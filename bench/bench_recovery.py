@@ -107,11 +107,7 @@ def history(size: int, active: list[dict], steps: int) -> list[dict]:
 
 
 def metric(w: WorkerProcess, name: str) -> float:
-    total = 0.0
-    for line in w.get("/metrics").splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    return w.metric(name)
 
 
 def fold_rate(w: WorkerProcess, n: int, timeout: float) -> float:

@@ -63,6 +63,15 @@ class WorkerProcess:
             body = r.read()
         return json.loads(body) if path != "/metrics" else body.decode()
 
+    def metric(self, name: str, timeout: float = 5.0) -> float:
+        """The value of metric ``name`` on the worker's ``/metrics``, summed over its labels
+        (0.0 when it has no sample yet)."""
+        total = 0.0
+        for line in self.get("/metrics", timeout=timeout).splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
     def wait_ready(self, timeout: float = 90.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

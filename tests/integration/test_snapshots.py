@@ -145,11 +145,7 @@ def test_settled_cohorts_leave_memory_and_come_back(setup, kafka_bootstrap, tmp_
 
 
 def _metric(w: WorkerProcess, name: str) -> float:
-    total = 0.0
-    for line in w.get("/metrics").splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    return w.metric(name)
 
 
 def test_a_forged_snapshot_is_refused_and_named_by_the_audit(setup, kafka_bootstrap, tmp_path):
