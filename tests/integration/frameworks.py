@@ -103,16 +103,20 @@ class CohortRun:
         log = load_topics(self.bootstrap, self.topics, topics=("events",))
         return [codec.decode_event(r.value) for r in log.records.get("events", []) if r.value]
 
-    def assert_audits_clean(self) -> Any:
-        """Export every topic and audit the archive with the run's keyring: every check passes."""
+    def assert_audits_clean(self, config: Any = None) -> Any:
+        """Export every topic and audit the archive with the run's keyring: every check passes.
+        ``config``: the worker's core settings when it was started with other than the defaults
+        (``--window``, ``--taint-margin``: the audit recomputes the commands with them)."""
+        import uuid as _uuid
+
         from streams.audit.audit import audit
         from streams.audit.export import export
         from streams.audit.log import load_archive
         from streams.signing import load_keyring
 
-        archive = self.tmp / "log.avro"
+        archive = self.tmp / f"log-{_uuid.uuid4().hex[:6]}.avro"
         export(self.bootstrap, self.topics, str(archive))
-        report = audit(load_archive(str(archive)), trusted_keys=load_keyring(str(self.keys)))
+        report = audit(load_archive(str(archive)), config=config, trusted_keys=load_keyring(str(self.keys)))
         failures = [f.line() for c in report.checks for f in c.failures]
         assert report.passed, failures[:20]
         return report

@@ -200,18 +200,9 @@ def test_a_diverged_trial_is_rolled_back_through_rays_restore(ray_cluster, linea
 
 
 def assert_audits_clean(run, config) -> None:
-    """``run.assert_audits_clean()`` with the worker's detector settings (the audit recomputes
-    the referee's commands, so it must fold with the same window and margin)."""
-    from streams.audit.audit import audit
-    from streams.audit.export import export
-    from streams.audit.log import load_archive
-    from streams.signing import load_keyring
-
-    archive = run.tmp / "log-cascade.avro"
-    export(run.bootstrap, run.topics, str(archive))
-    report = audit(load_archive(str(archive)), config=config, trusted_keys=load_keyring(str(run.keys)))
-    failures = [f.line() for c in report.checks for f in c.failures]
-    assert report.passed, failures[:20]
+    """``run.assert_audits_clean`` with the worker's detector settings (the audit recomputes the
+    referee's commands, so it must fold with the same window and margin)."""
+    run.assert_audits_clean(config)
 
 
 def offline_plans(events: list[dict], config, before_rollbacks: bool = False) -> dict:
