@@ -63,7 +63,8 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is not installed
     raise missing_framework("Hugging Face transformers", "hf", exc) from exc
 
-from streams.integrations.torch import COPY_MODES, merge_weights
+from streams.integrations.store import checkpoint_id_of
+from streams.integrations.torch import COPY_MODES, load_folder_stable, merge_weights
 
 __all__ = ["TraintraceCallback", "base_model_of", "config_hash_of", "consume", "load_folder_weights",
            "train_under_control"]
@@ -114,20 +115,15 @@ def _complete(model: torch.nn.Module, weights: dict[str, Any], where: Path) -> d
 def load_folder_weights(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], LoadedContent]:
     """The weights of a Trainer checkpoint folder (``model.safetensors``: no code runs), with
     the hash of the folder, taken before and after reading (they must agree)."""
+    from safetensors.torch import load_file
+
     p = Path(folder)
     try:
-        from safetensors.torch import load_file
-
-        before = hash_directory(p)
-        weights = load_file(str(p / WEIGHTS_FILE), device="cpu")
-        after = hash_directory(p)
+        return load_folder_stable(p, lambda: load_file(str(p / WEIGHTS_FILE), device="cpu"))
     except FileNotFoundError as exc:
         raise IntegrationError(f"checkpoint folder {p} has no {WEIGHTS_FILE}: {exc}") from exc
     except (OSError, ValueError, RuntimeError) as exc:
         raise IntegrationError(f"checkpoint folder {p} cannot be read: {exc}") from exc
-    if after != before:
-        raise IntegrationError(f"checkpoint folder {p} changed while it was read: try again")
-    return weights, LoadedContent(p, after)
 
 
 class TraintraceCallback(TrainerCallback):
@@ -157,7 +153,7 @@ class TraintraceCallback(TrainerCallback):
     def checkpoint_id(self, step: int) -> str:
         """``JOB-STEP`` in incarnation 0, ``JOB-STEP-iN`` after the N-th rollback."""
         inc = self.client.incarnation
-        return f"{self.client.job_id}-{step}" + (f"-i{inc}" if inc else "")
+        return checkpoint_id_of(self.client.job_id, step, inc)
 
     # -- the Trainer's events ---------------------------------------------------------------------
 

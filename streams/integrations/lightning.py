@@ -41,7 +41,6 @@ the command is taken ``unhandled`` and acknowledged by the restore itself).
 from __future__ import annotations
 
 import copy
-import io
 import math
 import os
 import time
@@ -53,7 +52,7 @@ from streams.client.restored import Restored
 from streams.control.commands import ControlCommand
 from streams.integrations.errors import IntegrationError, missing_framework
 from streams.integrations.guard import DivergenceGuard
-from streams.integrations.store import CheckpointStore
+from streams.integrations.store import CheckpointStore, checkpoint_id_of
 
 try:
     import pytorch_lightning as pl
@@ -62,7 +61,7 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is not installed
     raise missing_framework("PyTorch Lightning", "lightning", exc) from exc
 
-from streams.integrations.torch import COPY_MODES, merge_weights  # noqa: E402 - needs torch
+from streams.integrations.torch import COPY_MODES, load_file_once, merge_weights  # noqa: E402 - needs torch
 
 __all__ = ["LineageCheckpoint", "TraintraceCallback", "fit_under_control", "read_lightning_checkpoint"]
 
@@ -72,15 +71,14 @@ def read_lightning_checkpoint(path: str | os.PathLike[str]) -> tuple[dict[str, A
     ``weights_only=True`` (a peer's file never runs code here)."""
     p = Path(path)
     try:
-        data = p.read_bytes()
-        ck = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        ck, content = load_file_once(p)
     except FileNotFoundError as exc:
         raise IntegrationError(f"checkpoint {p} is not there: {exc}") from exc
     except (RuntimeError, ValueError, OSError, EOFError) as exc:
         raise IntegrationError(f"checkpoint {p} cannot be loaded as a Lightning checkpoint: {exc}") from exc
     if not isinstance(ck, dict) or "state_dict" not in ck:
         raise IntegrationError(f"{p} is not a Lightning checkpoint (no 'state_dict'): write it with LineageCheckpoint")
-    return ck, LoadedContent.of_bytes(p, data)
+    return ck, content
 
 
 def _loss_of(outputs: Any) -> float | None:
@@ -131,7 +129,7 @@ class TraintraceCallback(pl.Callback):
 
     def checkpoint_id(self, step: int) -> str:
         inc = self.client.incarnation
-        return f"{self.client.job_id}-{step}" + (f"-i{inc}" if inc else "")
+        return checkpoint_id_of(self.client.job_id, step, inc)
 
     def start(self, module: Any) -> None:
         """Record ``JobStarted`` once (the fit does it); keeps ``module``'s state for a restart

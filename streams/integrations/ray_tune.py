@@ -57,6 +57,7 @@ from streams.client.restored import Restored
 from streams.control.commands import ControlCommand
 from streams.integrations.errors import IntegrationError, missing_framework
 from streams.integrations.guard import DivergenceGuard
+from streams.integrations.store import checkpoint_id_of
 
 try:
     from ray.train._internal.session import _FutureTrainingResult, _TrainingResult
@@ -161,7 +162,7 @@ class LineagePBT(PopulationBasedTraining):
 
     def checkpoint_id(self, job: TrialJob, iteration: int) -> str:
         inc = job.client.incarnation
-        return (f"{job.job_id}-{iteration}" + (f"-i{inc}" if inc else "")
+        return (checkpoint_id_of(job.job_id, iteration, inc)
                 + (f"-x{job.exploits}" if job.exploits else ""))
 
     def _written(self, job: TrialJob, path: str, metrics: dict[str, Any]) -> str:

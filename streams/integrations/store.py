@@ -13,6 +13,13 @@ from pathlib import Path
 
 from streams.integrations.errors import IntegrationError
 
+def checkpoint_id_of(job_id: str, step: int, incarnation: int) -> str:
+    """The id of a job's checkpoint of ``step``: ``JOB-STEP`` in incarnation 0, ``JOB-STEP-iN``
+    after the N-th rollback (a step trained again never reuses an id: SPEC §8 halts a job that
+    writes an id twice)."""
+    return f"{job_id}-{step}" + (f"-i{incarnation}" if incarnation else "")
+
+
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+=-]*$")
 
 

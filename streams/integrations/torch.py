@@ -64,7 +64,7 @@ from streams.control.commands import ControlCommand
 from streams.files.atomic import atomic_write
 from streams.integrations.errors import IntegrationError, missing_framework
 from streams.integrations.guard import DivergenceGuard
-from streams.integrations.store import CheckpointStore
+from streams.integrations.store import CheckpointStore, checkpoint_id_of
 
 try:
     import torch
@@ -113,6 +113,24 @@ def _from_dict(d: Any, where: Path) -> TorchCheckpoint:
                            int(d.get("epoch") or 0), dict(d.get("extra") or {}))
 
 
+def load_file_once(path: Path) -> tuple[Any, LoadedContent]:
+    """``torch.load`` of a file's bytes read once (``weights_only``: no code runs), with the
+    hash of those very bytes. Library errors propagate (the caller names the checkpoint)."""
+    data = path.read_bytes()
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True), LoadedContent.of_bytes(path, data)
+
+
+def load_folder_stable(folder: Path, read: Callable[[], Any]) -> tuple[Any, LoadedContent]:
+    """``read()`` a checkpoint folder, with the tree hash taken before and after (they must
+    agree: the folder did not change while it was read)."""
+    before = hash_directory(folder)
+    got = read()
+    after = hash_directory(folder)
+    if after != before:
+        raise IntegrationError(f"checkpoint folder {folder} changed while it was read: try again")
+    return got, LoadedContent(folder, after)
+
+
 def read_checkpoint(path: str | os.PathLike[str]) -> tuple[TorchCheckpoint, LoadedContent]:
     """Load the checkpoint at ``path`` (file or safetensors folder) without running code
     (``weights_only``); with the content hash of exactly what was deserialised (for a file:
@@ -122,16 +140,14 @@ def read_checkpoint(path: str | os.PathLike[str]) -> tuple[TorchCheckpoint, Load
         if p.is_dir():
             from safetensors.torch import load_file
 
-            before = hash_directory(p)
-            state = torch.load(p / STATE_FILE, map_location="cpu", weights_only=True)
-            ck = _from_dict({**state, "model": load_file(str(p / MODEL_FILE), device="cpu")}, p)
-            after = hash_directory(p)
-            if after != before:
-                raise IntegrationError(f"{p} changed while it was loaded")
-            return ck, LoadedContent(p, after)
-        data = p.read_bytes()
-        ck = _from_dict(torch.load(io.BytesIO(data), map_location="cpu", weights_only=True), p)
-        return ck, LoadedContent.of_bytes(p, data)
+            def read() -> dict[str, Any]:
+                state = torch.load(p / STATE_FILE, map_location="cpu", weights_only=True)
+                return {**state, "model": load_file(str(p / MODEL_FILE), device="cpu")}
+
+            state, content = load_folder_stable(p, read)
+            return _from_dict(state, p), content
+        state, content = load_file_once(p)
+        return _from_dict(state, p), content
     except FileNotFoundError as exc:
         raise IntegrationError(f"checkpoint {p} is not there: {exc}") from exc
     except (RuntimeError, ValueError, OSError, EOFError) as exc:
@@ -207,7 +223,7 @@ class TorchLineage:
 
     def checkpoint_id(self, step: int) -> str:
         inc = self.client.incarnation
-        return f"{self.client.job_id}-{step}" + (f"-i{inc}" if inc else "")
+        return checkpoint_id_of(self.client.job_id, step, inc)
 
     def progress(self, step: int, loss: float, epoch: int = 0, grad_norm: float | None = None,
                  lr: float | None = None) -> bool:
