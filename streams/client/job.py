@@ -418,8 +418,11 @@ class JobClient:
                                              "base_checkpoint_id": base_checkpoint_id,
                                              "config_hash": config_hash, "public_key": self.public_key})
 
-    def progress(self, step: int, epoch: int, loss: float, grad_norm: float | None = None,
+    def progress(self, step: int, epoch: int, loss: float | None, grad_norm: float | None = None,
                  lr: float | None = None) -> Event:
+        """Emit ``Progress``. ``loss``: the training loss (lower is better), or None when the job
+        has none to report (an accuracy or a reward is not a loss: it must not feed the
+        processor's spike rule); a NaN or infinite loss or grad norm is a divergence."""
         return self._emit("Progress", {"step": step, "epoch": epoch, "loss": loss,
                                        "grad_norm": grad_norm, "lr": lr})
 

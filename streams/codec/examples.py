@@ -38,7 +38,10 @@ def example_events() -> list[dict[str, Any]]:
         {"job_id": "job-a", "incarnation": 1, "seq": 6, "ts": 1760000006000, "type": "RolledBack",
          "restored_checkpoint_id": None, "resumed_step": 0, "command_id": _h("cmd", 1),
          "from_scratch": True},
-        {"job_id": "job-a", "incarnation": 1, "seq": 7, "ts": 1760000007000, "type": "JobFinished",
+        # added in v8: progress without a loss (the job reported only an accuracy)
+        {"job_id": "job-a", "incarnation": 1, "seq": 7, "ts": 1760000006500, "type": "Progress", "step": 5,
+         "epoch": 0, "loss": None, "grad_norm": None, "lr": 1e-4},
+        {"job_id": "job-a", "incarnation": 1, "seq": 8, "ts": 1760000007000, "type": "JobFinished",
          "status": "CANCELLED", "final_checkpoint_id": None},
     ]
 

@@ -55,7 +55,7 @@ class JobStarted(Envelope):
 class Progress(Envelope):
     step: int
     epoch: int
-    loss: float
+    loss: float | None  # None (schemas v8): progress recorded without a training loss
     grad_norm: float | None
     lr: float | None
 
@@ -143,7 +143,7 @@ _TYPE_SPEC: dict[str, dict[str, tuple[Any, bool]]] = {
     "Progress": {
         "step": ("int", False),
         "epoch": ("int", False),
-        "loss": ("float", False),
+        "loss": ("float", True),
         "grad_norm": ("float", True),
         "lr": ("float", True),
     },

@@ -419,16 +419,17 @@ class LineageState:
         if inc.detected_onset is not None:
             return
         cfg = self.config
-        loss, gn = ev.loss, ev.grad_norm
+        loss, gn = ev.loss, ev.grad_norm  # a Progress without a loss (v8) feeds no spike rule
         flagged = False
-        if not math.isfinite(loss) or (gn is not None and not math.isfinite(gn)):
+        if (loss is not None and not math.isfinite(loss)) or (gn is not None and not math.isfinite(gn)):
             flagged = True
-        elif len(inc.window) >= cfg.window and loss > cfg.spike_factor * statistics.median(inc.window):
+        elif loss is not None and len(inc.window) >= cfg.window \
+                and loss > cfg.spike_factor * statistics.median(inc.window):
             flagged = True
         if flagged:
             del inc.window[:]
             self._set_onset(inc, detected=ev.step)
-        else:
+        elif loss is not None:
             inc.window.append(loss)
             if len(inc.window) > cfg.window:
                 del inc.window[0]

@@ -167,7 +167,7 @@ class OpenLineageMapper:
     def _progress(self, e: Progress) -> list[dict[str, Any]]:
         run = self._run(e.job_id, e.incarnation)
         run.reports += 1
-        finite = not math.isnan(e.loss) and not math.isinf(e.loss)
+        finite = e.loss is None or math.isfinite(e.loss)  # None: progress without a loss (v8)
         run.progress = {"step": e.step, "epoch": e.epoch, "loss": e.loss if finite else None,
                         "lossNonFinite": None if finite else ("NaN" if math.isnan(e.loss) else
                                                               ("Infinity" if e.loss > 0 else "-Infinity")),

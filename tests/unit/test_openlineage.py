@@ -303,3 +303,11 @@ def test_the_file_transport_writes_what_the_mapper_made(tmp_path):
         assert [t["key"] for t in tags["tags"]] == ["openlineage_client_version"]
     assert written == events
     assert_valid(written, spec=SPEC is not None)
+
+
+def test_progress_without_a_loss_validates():
+    """Schemas v8: a job that reports only an accuracy records progress with a null loss."""
+    lines = [{**d, "loss": None} if d["type"] == "Progress" else d for d in scenario("01_seed_example")]
+    events = story(lines)
+    assert events
+    assert_valid(events, spec=False)

@@ -111,3 +111,18 @@ def test_onset_is_the_first_flagged_progress():
     """Two NaNs: the first one (step 200) is the onset."""
     c = Cohort().start("A").progress("A", 100).progress("A", 200, loss=NAN).progress("A", 300, loss=NAN)
     assert roots(analyze(c.events)) == [("A", 0, 200, "INTERNAL")]
+
+
+def test_progress_without_a_loss_feeds_no_spike_rule():
+    """Schemas v8 (issue 22): a null loss is progress without a loss; it never spikes and takes no
+    place in the window. Window 2, losses 1, -, 1, -, 2.9: median(1, 1) × 3 = 3 > 2.9, no spike;
+    then 3.1 against median(1, 2.9) × 3 = 5.85: none; 100 after 1, -, 1, - is one."""
+    assert losses([1, None, 1, None, 2.9], window=2) == []
+    assert losses([1, None, 1, None, 2.9, None, 3.1], window=2) == []
+    assert losses([1, None, 1, None, 100], window=2) == [("A", 0, 50, "INTERNAL")]
+    assert losses([None] * 30, window=2) == []
+
+
+def test_progress_without_a_loss_still_diverges_on_a_non_finite_grad_norm():
+    c = Cohort().start("A").progress("A", 100, loss=None).progress("A", 200, loss=None, grad_norm=NAN)
+    assert roots(analyze(c.events)) == [("A", 0, 200, "INTERNAL")]
