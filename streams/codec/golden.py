@@ -98,10 +98,27 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     vdir = Path(argv[0])
-    scen = Path(__file__).resolve().parents[3] / "shared" / "scenarios" / "01_seed_example.jsonl"
-    extra = [json.loads(l) for l in scen.read_text().splitlines() if l.strip()] if scen.exists() else []
+    scen = seed_vector()
+    extra = [json.loads(l) for l in scen.read_text().splitlines() if l.strip()]
     print(write_golden(vdir, extra))
     return 0
+
+
+def seed_vector() -> Path:
+    """The shared seed vector the golden files also encode: ``$TRAINTRACE_SCENARIOS`` (as the
+    tests read it), else ``../shared/scenarios`` next to the source checkout. A development
+    tool: an installed package has no checkout, and then this fails (SystemExit, one line)
+    rather than write a golden file without those samples."""
+    import os
+
+    env = os.environ.get("TRAINTRACE_SCENARIOS")
+    root = Path(env) if env else Path(__file__).resolve().parents[3] / "shared" / "scenarios"
+    scen = root / "01_seed_example.jsonl"
+    if not scen.is_file():
+        raise SystemExit(f"error: {scen} not found: python -m streams.codec.golden writes a schemas/v<N>/ "
+                         f"golden file of a source checkout next to ../shared/scenarios "
+                         f"(or set TRAINTRACE_SCENARIOS)")
+    return scen
 
 
 if __name__ == "__main__":

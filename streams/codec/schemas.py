@@ -11,7 +11,11 @@ little-endian, after ``C3 01``). Data written with any version is therefore read
 reader (BACKWARD_TRANSITIVE evolution: a new version may only add fields with defaults, remove
 fields, or widen types as Avro resolution allows).
 
-The directory is ``$TRAINTRACE_SCHEMAS_DIR`` when set, else ``schemas/`` of this repository.
+Where they are read from (:func:`default_schemas_dir`): ``$TRAINTRACE_SCHEMAS_DIR`` when set; else
+the copy installed with the package (the top-level ``schemas/`` of the repository stays the source
+of truth; the build maps it into the wheel and the sdist as the package data ``streams/_schemas/``,
+read through :mod:`importlib.resources`); else, in a source tree that carries no such copy (an
+editable install, ``PYTHONPATH``), that top-level ``schemas/`` itself.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -30,6 +35,8 @@ from fastavro.schema import to_parsing_canonical_form
 
 NAMESPACE = "traintrace"
 SCHEMAS_DIR_ENV = "TRAINTRACE_SCHEMAS_DIR"
+#: the package the build maps ``schemas/`` to (package data ``v*/*.avsc``; see ``setup.py``)
+SCHEMAS_PACKAGE = "streams._schemas"
 
 #: The record written on ``lineage.events``.
 EVENT_RECORD = "LineageEvent"
@@ -54,11 +61,40 @@ AGENT_RECORDS: tuple[str, ...] = (
 _VERSION_DIR = re.compile(r"^v(\d+)$")
 
 
-def default_schemas_dir() -> Path:
+def _has_versions(root: Traversable) -> bool:
+    try:
+        return root.is_dir() and any(_VERSION_DIR.match(p.name) and p.is_dir() for p in root.iterdir())
+    except OSError:  # pragma: no cover - an unreadable directory
+        return False
+
+
+def packaged_schemas() -> Traversable | None:
+    """The schemas installed with the package (``streams/_schemas/`` of a wheel or an sdist
+    build), or None when this copy of the package carries none (a source tree)."""
+    try:
+        root = resources.files(SCHEMAS_PACKAGE)
+    except ModuleNotFoundError:
+        return None
+    return root if _has_versions(root) else None
+
+
+def default_schemas_dir() -> Traversable:
+    """``$TRAINTRACE_SCHEMAS_DIR``; else the schemas installed with the package; else the
+    top-level ``schemas/`` of the source tree this package runs from. Raises FileNotFoundError
+    (one line, what to do) when there is none of them."""
     env = os.environ.get(SCHEMAS_DIR_ENV)
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2] / "schemas"
+    packaged = packaged_schemas()
+    if packaged is not None:
+        return packaged
+    tree = Path(__file__).resolve().parents[2] / "schemas"  # <tree>/streams/codec/schemas.py
+    if _has_versions(tree):
+        return tree
+    raise FileNotFoundError(
+        f"the Avro schemas are not installed with traintrace (no {SCHEMAS_PACKAGE.replace('.', '/')}/v<N>/ "
+        f"next to {Path(__file__).resolve().parents[1]}) and this is not a source tree (no {tree}): "
+        f"reinstall traintrace from a wheel or an sdist, or set ${SCHEMAS_DIR_ENV}")
 
 
 def schema_fingerprint(parsed_or_raw: Any) -> bytes:
@@ -88,10 +124,10 @@ class SchemaInfo:
     canonical: str = field(repr=False)  #: Parsing Canonical Form
     fingerprint: bytes = field(repr=False)  #: 8 bytes, single-object order
     schema_str: str = field(repr=False)  #: compact JSON, what is registered with a Schema Registry
-    path: Path | None = None
+    path: Path | Traversable | None = None
 
     @classmethod
-    def build(cls, raw: Mapping[str, Any] | str, version: int = 0, path: Path | None = None) -> "SchemaInfo":
+    def build(cls, raw: Mapping[str, Any] | str, version: int = 0, path: Path | Traversable | None = None) -> "SchemaInfo":
         if isinstance(raw, str):
             raw = json.loads(raw)
         if not isinstance(raw, Mapping) or raw.get("type") != "record" or "name" not in raw:
@@ -145,24 +181,30 @@ class SchemaSet:
     # -- construction -------------------------------------------------------------------------
 
     @classmethod
-    def from_directory(cls, root: str | os.PathLike[str] | None = None) -> "SchemaSet":
-        root = Path(root) if root is not None else default_schemas_dir()
+    def from_directory(cls, root: str | os.PathLike[str] | Traversable | None = None) -> "SchemaSet":
+        """Every ``v<N>/*.avsc`` under ``root`` (a directory, or an :mod:`importlib.resources`
+        traversable; default :func:`default_schemas_dir`)."""
+        if root is None:
+            root = default_schemas_dir()
+        elif isinstance(root, (str, os.PathLike)):
+            root = Path(root)
         if not root.is_dir():
             raise FileNotFoundError(f"schema directory {root} does not exist")
         infos: list[SchemaInfo] = []
-        for vdir in sorted(root.iterdir()):
+        for vdir in sorted(root.iterdir(), key=lambda p: p.name):
             m = _VERSION_DIR.match(vdir.name)
             if not m or not vdir.is_dir():
                 continue
             version = int(m.group(1))
             names: set[str] = set()
-            for path in sorted(vdir.glob("*.avsc")):
+            avsc = (p for p in vdir.iterdir() if p.name.endswith(".avsc") and p.is_file())
+            for path in sorted(avsc, key=lambda p: p.name):
                 try:
                     raw = json.loads(path.read_text(encoding="utf-8"))
                     info = SchemaInfo.build(raw, version=version, path=path)
                 except Exception as exc:
                     raise ValueError(f"cannot load schema {path}: {exc}") from exc
-                if info.name != path.stem:
+                if info.name != path.name.removesuffix(".avsc"):
                     raise ValueError(f"{path}: file name does not match record name {info.name}")
                 if info.name in names:  # pragma: no cover - file names are unique
                     raise ValueError(f"{path}: {info.name} defined twice in v{version}")
@@ -204,14 +246,18 @@ class SchemaSet:
         return f"SchemaSet(versions={list(self.versions)}, records={sorted(self.readers)})"
 
 
-@lru_cache(maxsize=None)
-def _load(root: str) -> SchemaSet:
-    return SchemaSet.from_directory(root)
+_LOADED: dict[str, SchemaSet] = {}
 
 
 def default_schema_set() -> SchemaSet:
-    """The schemas of ``schemas/`` (or ``$TRAINTRACE_SCHEMAS_DIR``), parsed once per process."""
-    return _load(str(default_schemas_dir().resolve()))
+    """The schemas of :func:`default_schemas_dir` (``$TRAINTRACE_SCHEMAS_DIR``, the installed
+    copy, or the source tree's ``schemas/``), parsed once per process."""
+    root = default_schemas_dir()
+    key = str(root.resolve()) if isinstance(root, Path) else str(root)
+    found = _LOADED.get(key)
+    if found is None:
+        found = _LOADED.setdefault(key, SchemaSet.from_directory(root))
+    return found
 
 
 __all__ = [
@@ -219,9 +265,11 @@ __all__ = [
     "EVENT_RECORD",
     "NAMESPACE",
     "SCHEMAS_DIR_ENV",
+    "SCHEMAS_PACKAGE",
     "SchemaInfo",
     "SchemaSet",
     "default_schema_set",
     "default_schemas_dir",
+    "packaged_schemas",
     "schema_fingerprint",
 ]
