@@ -1,16 +1,23 @@
 """Entry point of the ``traintrace`` command.
 
 Each sub-command lives in its own module and is registered lazily, so ``traintrace --help``
-stays fast and a missing optional dependency only breaks the command that needs it.
+stays fast and a missing optional dependency only breaks the command that needs it: a command
+of an extra that is not installed (``streams.cli.extras``: ``worker``, ``report``, ``ui``,
+``demo``, ``openlineage``) exits 2 with one line naming the extra to install, before it starts;
+``--help`` still works.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import importlib
+import sys
 
 import click
 
 from streams import __version__
+from streams.cli import extras
 
 # command name -> (module, attribute)
 _COMMANDS: dict[str, tuple[str, str]] = {
@@ -44,7 +51,24 @@ class LazyGroup(click.Group):
         if target is None:
             return None
         module = importlib.import_module(target[0])
-        return getattr(module, target[1])
+        command = getattr(module, target[1])
+        if name in extras.COMMAND_NEEDS and command.callback is not None:
+            command = _checked(command, name)
+        return command
+
+
+def _checked(command: click.Command, name: str) -> click.Command:
+    """A copy of ``command`` whose callback first checks its extra (``--help`` never runs it)."""
+    callback = command.callback
+
+    @functools.wraps(callback)
+    def run(*args, **kwargs):
+        extras.require(name)
+        return callback(*args, **kwargs)
+
+    checked = copy.copy(command)
+    checked.callback = run
+    return checked
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -58,7 +82,15 @@ def cli() -> None:
 
 
 def main() -> None:
-    cli(prog_name="traintrace")
+    try:
+        cli(prog_name="traintrace")
+    except ModuleNotFoundError as exc:
+        # a lazy import of an extra's package deep in a command: the same one line, no traceback
+        extra = extras.extra_of_module(exc.name)
+        if extra is None:
+            raise
+        command = next((a for a in sys.argv[1:] if not a.startswith("-")), "") or "this command"
+        extras.fail_missing(command, extra, [exc.name or "?"])
 
 
 if __name__ == "__main__":

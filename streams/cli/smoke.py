@@ -32,6 +32,10 @@ def smoke(bootstrap: str | None, partitions: int, live: bool, as_json: bool) -> 
     example to lineage.events and reads the commands the worker put on lineage.control.
     """
     console = Console()
+    if live:  # fail before starting anything when the worker's packages are missing
+        from streams.cli.extras import require
+
+        require("smoke --live", alternative="traintrace smoke --no-live")
     bootstrap, started = resolve_bootstrap(bootstrap)
     topic = smoke_topic()
     t = time.perf_counter()

@@ -110,6 +110,11 @@ def worker(bootstrap, kafka_config, topic_prefix, app_id, partitions, data_dir, 
     Stops cleanly on Ctrl-C / SIGTERM.
     """
     key_note = _key_note(signing_key)  # fail before starting anything when the key is unusable
+    if store == "rocksdb":  # the default store: its library comes with the worker extra
+        from streams.cli.extras import fail_missing, missing
+
+        if missing(("rocksdict",)):
+            fail_missing("worker --store rocksdb", "worker", ["rocksdict"], alternative="--store memory")
     if retention_ms == 0:
         fail("--retention-ms 0 would delete the audit trail at once: give milliseconds > 0, or -1 to keep everything")
     kafka = kafka_settings(bootstrap, kafka_config, start_broker=True)

@@ -115,6 +115,10 @@ def read_archive(path: str) -> tuple[dict[str, Any], Iterator[LogRecord]]:
     if raw.get("traintrace.format") != FORMAT:
         fh.close()
         raise ArchiveError(f"{path}: not a traintrace archive (format {raw.get('traintrace.format')!r})")
+    if raw.get("avro.codec") == "snappy" and default_codec() != "snappy":  # say so before any record
+        fh.close()
+        raise ArchiveError(f"{path}: snappy-compressed; reading it needs cramjam "
+                           f"(pip install cramjam, or 'traintrace[worker]' which brings it)")
     meta: dict[str, Any] = {}
     for k, v in raw.items():
         if not k.startswith("traintrace."):

@@ -33,3 +33,13 @@ def test_the_torch_integration_imports_no_other_framework():
     pytest.importorskip("torch")
     mods = _modules_after("import traintrace.integrations.torch")
     assert "torch" in mods and not {"transformers", "pytorch_lightning", "ray"} & mods
+
+
+def test_import_traintrace_imports_none_of_the_processor_packages():
+    """A training environment installs only the job side (issue 22): importing the public name
+    (and the job client's whole surface) must not need Faust, the report's drawing, /metrics or
+    the commands' tables, even where they are installed."""
+    mods = _modules_after("import traintrace; from traintrace import JobClient; import traintrace.integrations")
+    processor = {"faust", "mode", "aiokafka", "matplotlib", "numpy", "prometheus_client", "uvloop", "rocksdict",
+                 "rich", "click"}
+    assert not processor & {m.split(".")[0] for m in mods}
