@@ -3,12 +3,13 @@ FROM python:3.11-slim
 ENV PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 WORKDIR /app
 # only what the package needs, so the local .venv never enters the image
-COPY pyproject.toml README.md* ./
+COPY pyproject.toml setup.py MANIFEST.in README.md* ./
 COPY streams ./streams
+COPY traintrace ./traintrace
 COPY schemas ./schemas
-ENV TRAINTRACE_SCHEMAS_DIR=/app/schemas
-# RocksDB is the worker's default table store (--store rocksdb): install it with its extra
-RUN pip install ".[rocksdb]"
+# the processor's packages (Faust, RocksDB, the worker's default table store, --store rocksdb);
+# the installed package carries its Avro schemas (schemas/ mapped into it by setup.py)
+RUN pip install ".[worker]"
 # in a container the HTTP views must bind every interface to be reachable through a published
 # port; the worker's tables live on a volume
 ENV TRAINTRACE_WEB_HOST=0.0.0.0 TRAINTRACE_WEB_PORT=6066 TRAINTRACE_WORKER_DIR=/data/worker
