@@ -44,16 +44,20 @@ class WorkerProcess:
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
+    #: the command that runs ``traintrace`` (default: this interpreter, ``-m streams``); e.g. the
+    #: ``traintrace`` script of another environment, with ``cwd`` outside any source tree
+    command: list[str] = field(default_factory=lambda: [sys.executable, "-m", "streams"])
+    cwd: Path | None = None
 
     def start(self) -> "WorkerProcess":
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.data_dir / "worker.log"
         log = open(self.log_path, "ab")
-        cmd = [sys.executable, "-m", "streams", "worker", "--bootstrap", self.bootstrap,
+        cmd = [*self.command, "worker", "--bootstrap", self.bootstrap,
                "--topic-prefix", self.prefix, "--app-id", self.app_id, "--partitions", str(self.partitions),
                "--data-dir", str(self.data_dir), "--web-port", str(self.web_port), *self.extra_args]
         env = {**os.environ, **self.env}
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.cwd,
                                      start_new_session=True)
         log.close()
         return self
