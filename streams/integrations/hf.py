@@ -36,8 +36,15 @@ soon as the command is accepted; the Trainer does not take another step until th
 
 :func:`consume` reads another job's checkpoint folder through the load-time gate (PBT exploit,
 INIT, MERGE, ...): refused when tainted or unknown, the folder's hash checked against the record,
-then the weights applied and ``CheckpointConsumed`` recorded. Do not set ``save_total_limit``:
-the Trainer would delete checkpoints a rollback may need.
+then the weights applied and ``CheckpointConsumed`` recorded.
+
+Rotation (``save_total_limit``) and metric direction are the user's: only the training loss of
+the Trainer's logs is recorded as ``loss`` (``metric_for_best_model`` / ``greater_is_better``
+decide nothing here; a NaN or infinite value of any logged or evaluated metric is a divergence).
+When a rollback's target was rotated away (or changed), the newest surviving checkpoint of the
+job's ancestry older than it is restored instead, or the pretrained model, and ``RolledBack``
+names what was restored (the referee raises a ``RESTORE_SUBSTITUTED`` alert). Nothing of
+traintrace's is raised out of ``train_under_control``: see ``callback.outcomes``.
 """
 
 from __future__ import annotations
@@ -55,7 +62,9 @@ from streams.client.hashing import LoadedContent, hash_directory
 from streams.client.restored import Restored
 from streams.control.commands import ControlCommand
 from streams.integrations.errors import IntegrationError, missing_framework
+from streams.integrations.fallback import Ancestry, substitute
 from streams.integrations.guard import DivergenceGuard
+from streams.integrations.safety import Outcomes, never_raises
 
 try:
     import torch
@@ -126,13 +135,19 @@ def load_folder_weights(folder: str | os.PathLike[str]) -> tuple[dict[str, Any],
         raise IntegrationError(f"checkpoint folder {p} cannot be read: {exc}") from exc
 
 
-class TraintraceCallback(TrainerCallback):
+def _control(args, state, control, **kwargs):
+    return control
+
+
+class TraintraceCallback(TrainerCallback, Outcomes):
     """One job's record and control inside a Hugging Face ``Trainer``, around its
     :class:`~streams.client.JobClient` (see the module doc).
 
-    ``halt_wait``: how long a halted job waits for its release (None: for ever, then
-    IntegrationError); ``config_hash``: recorded in ``JobStarted`` (default: the hash of the
-    model's config). The callback takes the client's ``on_rollback``.
+    ``halt_wait``: how long a halted job waits for its release (None: for ever; then the job
+    stops, ``JobFinished`` CANCELLED); ``config_hash``: recorded in ``JobStarted`` (default: the
+    hash of the model's config). The callback takes the client's ``on_rollback``. ``errors`` and
+    ``outcomes`` say what failed on traintrace's side and what was done instead (a substituted
+    restore, a stop): nothing of it is raised out of ``Trainer.train()``.
     """
 
     def __init__(self, client: Any, *, halt_wait: float | None = None, config_hash: str | None = None) -> None:
@@ -148,6 +163,9 @@ class TraintraceCallback(TrainerCallback):
         self._initial: dict[str, Any] | None = None
         self._output_root: Path | None = None  # args.output_dir at the first train begin
         self._last_logged = 0
+        self.ancestry = Ancestry()  # this job's own checkpoints its weights descend from
+        self.gave_up: str | None = None  # why the job stopped for good (JobFinished's status)
+        self._init_outcomes()
         client.on_rollback = self._on_rollback
 
     def checkpoint_id(self, step: int) -> str:
@@ -157,60 +175,93 @@ class TraintraceCallback(TrainerCallback):
 
     # -- the Trainer's events ---------------------------------------------------------------------
 
+    @never_raises(_control)
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if args.logging_nan_inf_filter:
             log.info("traintrace: logging_nan_inf_filter switched off so that a NaN loss is logged")
             args.logging_nan_inf_filter = False
-        if args.save_total_limit:
-            log.warning("traintrace: save_total_limit=%s deletes checkpoints a rollback may need",
-                        args.save_total_limit)
         self.model = model
         if self._output_root is None:
             self._output_root = Path(args.output_dir)
         if self._initial is None and model is not None:
             self._initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
         if not self.client.started:
-            self.client.start(config_hash=self.config_hash or config_hash_of(model))
+            try:
+                self.client.start(config_hash=self.config_hash or config_hash_of(model))
+            except Exception as exc:  # noqa: BLE001 - no record, no concurrent training
+                self.gave_up = "FAILED"
+                self._stop(control)
+                self.outcome(f"JobStarted could not be recorded ({exc}): training stopped "
+                             "(no record, no concurrent training)")
+                return control
         self._last_logged = state.global_step
         return control
 
+    @never_raises(_control)
     def on_step_end(self, args, state, control, **kwargs):
         self.client.poll()
         if self.client.halted and not self.client.wait_while_halted(self.halt_wait):
-            raise IntegrationError(f"job {self.client.job_id!r} is halted ({self.client.halt}) and was "
-                                   f"not released within {self.halt_wait} s: release it or stop the job")
-        if self.pending is not None or self.guard.tripped:
+            self.gave_up = "CANCELLED"
+            self.outcome(f"halted ({self.client.halt}) and not released within {self.halt_wait} s: "
+                         "training stopped")
+        if self.pending is not None or self.guard.tripped or self.gave_up:
             self._stop(control)
         return control
 
+    @never_raises(_control)
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not logs or "loss" not in logs or self.pending is not None or self.guard.tripped:
+        if not logs or self.pending is not None or self.guard.tripped:
             return control
         step = state.global_step
-        loss = float(logs["loss"])
+        if "loss" not in logs:  # an evaluation's metrics: no loss to record, but a NaN diverges
+            if self.guard.check(step, None, metrics=logs):
+                self._stop(control)
+            return control
+        loss = float(logs["loss"])  # the training loss, averaged over the logging window
         grad_norm = _float(logs.get("grad_norm"))
         self.client.progress(step, int(state.epoch or 0), loss, grad_norm, _float(logs.get("learning_rate")))
         onset = min(step, self._last_logged + 1)  # the logged loss averages (last log, step]
         self._last_logged = step
-        if self.guard.check(onset, loss, grad_norm):
+        if self.guard.check(onset, loss, grad_norm, metrics=logs):
             self._stop(control)
         return control
 
+    @never_raises(_control)
     def on_save(self, args, state, control, **kwargs):
         step = state.global_step
         folder = Path(args.output_dir) / f"checkpoint-{step}"
+        if self.pending is not None or self.guard.tripped:
+            # a rollback was accepted (by a callback after ours) or the job diverged during this
+            # step: these weights belong to the abandoned history; not recorded, nobody loads them
+            log.info("traintrace: %s not recorded: a rollback is pending or the job diverged", folder)
+            return control
         if not folder.is_dir():
-            raise IntegrationError(f"the Trainer's checkpoint {folder} is not there: is output_dir shared "
-                                   "or the Trainer a custom one saving elsewhere?")
+            self.outcome(f"the Trainer's checkpoint {folder} is not there (output_dir shared, or a custom "
+                         "Trainer saving elsewhere?): not recorded, nobody may load it")
+            return control
         ck_id = self.checkpoint_id(step)
         h = self.client.checkpoint_written(ck_id, folder, step, int(state.epoch or 0))
         self.checkpoints[ck_id] = (folder, step, h)
         self.last_checkpoint_id = ck_id
+        self.ancestry.wrote(ck_id, step)
         return control
 
+    @never_raises(_control)
     def on_epoch_end(self, args, state, control, **kwargs):
         if self.pending is not None or self.guard.tripped:
             self._stop(control)
+        return control
+
+    @never_raises(_control)
+    def on_train_end(self, args, state, control, **kwargs):
+        """With ``load_best_model_at_end`` the Trainer ends on its best checkpoint's weights:
+        that is the checkpoint ``JobFinished`` names."""
+        if self.pending is None and not self.guard.tripped and args.load_best_model_at_end \
+                and state.best_model_checkpoint:
+            best = Path(state.best_model_checkpoint).resolve()
+            for ck_id, (folder, _step, _h) in self.checkpoints.items():
+                if folder.resolve() == best:
+                    self.last_checkpoint_id = ck_id
         return control
 
     @staticmethod
@@ -220,33 +271,47 @@ class TraintraceCallback(TrainerCallback):
 
     # -- commands ---------------------------------------------------------------------------------
 
-    def _on_rollback(self, cmd: ControlCommand) -> Restored:
-        """Accept a rollback: check the target can be restored (before the client records
-        ``RolledBack``) and stop the Trainer; :func:`train_under_control` restores."""
-        r = Restored.of(cmd)
-        if r.checkpoint_id is not None:
-            if r.checkpoint_id not in self.checkpoints:
-                raise IntegrationError(f"rollback target {r.checkpoint_id!r} is not a checkpoint this job "
-                                       f"wrote here (known: {sorted(self.checkpoints)[:8]}); restore it by hand")
-            folder, step, h = self.checkpoints[r.checkpoint_id]
+    def _usable(self, checkpoint_id: str) -> str | None:
+        """Why ``checkpoint_id`` cannot be restored (None: it can)."""
+        if checkpoint_id not in self.checkpoints:
+            return "not a checkpoint this job wrote here"
+        folder, _step, h = self.checkpoints[checkpoint_id]
+        if not folder.is_dir():
+            return f"{folder} was deleted (save_total_limit rotated it away?)"
+        try:
             if hash_directory(folder) != h:
-                raise IntegrationError(f"rollback target {r.checkpoint_id} at {folder} no longer has its "
-                                       "recorded content (overwritten?): restore it by hand")
-            r = Restored(r.checkpoint_id, step)
-        elif self._initial is None:
-            raise IntegrationError("a restart before the first on_train_begin: no pretrained state to go back to")
+                return f"{folder} no longer has its recorded content (overwritten?)"
+        except OSError as exc:
+            return f"{folder} cannot be read: {exc}"
+        return None
+
+    def _on_rollback(self, cmd: ControlCommand) -> Restored:
+        """Accept a rollback (before the client records ``RolledBack``) and stop the Trainer;
+        :func:`train_under_control` restores. When the target is gone (rotated away, changed),
+        the newest surviving checkpoint of the job's ancestry older than it is restored
+        instead, or the pretrained model: the ``RolledBack`` names what is really restored."""
+        sub = substitute(Restored.of(cmd), self.ancestry, self._usable)
+        r = sub.restored
+        if sub.reason is not None:
+            self.outcome(f"rollback by command {cmd.command_id[:12]}: {sub.reason}")
+        if r.checkpoint_id is not None:
+            r = Restored(r.checkpoint_id, self.checkpoints[r.checkpoint_id][1])
         self.pending = r
         self.restores.append(r)
+        self.ancestry.restored(r.checkpoint_id)
         self.last_checkpoint_id = r.checkpoint_id
         return r
 
     def wait_for_command(self, timeout: float = 120.0, interval: float = 0.2) -> bool:
-        """After a divergence: poll until the referee's rollback is accepted (True) or ``timeout``."""
+        """After a divergence: poll until the referee's rollback is accepted (True) or ``timeout``
+        (or a halt that is not released within ``halt_wait``: False)."""
         deadline = time.monotonic() + timeout
         while self.pending is None and time.monotonic() < deadline:
             self.client.poll(timeout=interval)
             if self.client.halted and not self.client.wait_while_halted(self.halt_wait):
-                raise IntegrationError(f"job {self.client.job_id!r} is halted and was not released")
+                self.gave_up = "CANCELLED"
+                self.outcome(f"halted ({self.client.halt}) and not released within {self.halt_wait} s")
+                return False
         return self.pending is not None
 
     def prepare_restore(self, trainer: Any, restored: Restored, own_optimizer: bool = True) -> str | None:
@@ -269,8 +334,11 @@ class TraintraceCallback(TrainerCallback):
 
     def finish(self, status: str = "SUCCEEDED") -> None:
         """Record ``JobFinished`` (the checkpoint the job ended on) and close the client."""
-        self.client.finished(status, final_checkpoint_id=self.last_checkpoint_id)
-        self.client.close()
+        try:
+            if self.client.started and not self.client.is_finished:
+                self.client.finished(status, final_checkpoint_id=self.last_checkpoint_id)
+        finally:
+            self.client.close()
 
 
 def _float(x: Any) -> float | None:
@@ -281,26 +349,49 @@ def train_under_control(trainer: Any, callback: TraintraceCallback, *, command_t
                         finish: bool = True, **train_kwargs: Any) -> Any:
     """``trainer.train()`` under the referee's control: after a rollback stopped it, train again
     from the restored state (``resume_from_checkpoint`` of the target folder); after a divergence,
-    wait up to ``command_timeout`` s for the referee's command (then IntegrationError). At the end
-    records ``JobFinished`` (``finish``). Returns the last ``TrainOutput``."""
+    wait up to ``command_timeout`` s for the referee's command (none: the job stops, ``JobFinished``
+    FAILED, and ``callback.outcomes`` says why). At the end records ``JobFinished`` (``finish``).
+    Returns the last ``TrainOutput``. Nothing of traintrace's is raised out of it: what went wrong
+    on its side is in ``callback.errors`` / ``callback.outcomes`` (and the log); an exception of
+    the training itself propagates, after ``JobFinished`` FAILED."""
     if callback not in trainer.callback_handler.callbacks:
         trainer.add_callback(callback)
     own_optimizer = trainer.optimizer is None
     resume = train_kwargs.pop("resume_from_checkpoint", None)
-    while True:
-        out = trainer.train(resume_from_checkpoint=resume, **train_kwargs)
-        if callback.pending is None and callback.guard.tripped and not callback.wait_for_command(command_timeout):
-            raise IntegrationError(f"job {callback.client.job_id!r} diverged and no command came within "
-                                   f"{command_timeout} s: is the worker running?")
-        if callback.pending is None:
-            callback.client.poll()  # a command that came with the last step
-        restored, callback.pending = callback.pending, None
-        if restored is None:
-            break
-        resume = callback.prepare_restore(trainer, restored, own_optimizer)
+    status = "SUCCEEDED"
+    try:
+        while True:
+            out = trainer.train(resume_from_checkpoint=resume, **train_kwargs)
+            if callback.gave_up:
+                status = callback.gave_up
+                break
+            if callback.pending is None and callback.guard.tripped and not callback.wait_for_command(command_timeout):
+                status = callback.gave_up or "FAILED"
+                if not callback.gave_up:
+                    callback.outcome(f"diverged and no command came within {command_timeout} s (is the worker "
+                                     "running?): the job stops")
+                break
+            if callback.pending is None:
+                _safely(callback, callback.client.poll)  # a command that came with the last step
+            restored, callback.pending = callback.pending, None
+            if restored is None:
+                break
+            resume = callback.prepare_restore(trainer, restored, own_optimizer)
+    except BaseException:
+        if finish:
+            _safely(callback, callback.finish, "FAILED")
+        raise
     if finish:
-        callback.finish()
+        _safely(callback, callback.finish, status)
     return out
+
+
+def _safely(callback: TraintraceCallback, fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - never crash the user's experiment
+        callback.outcome(f"{getattr(fn, '__name__', fn)} failed: {exc}")
+        return None
 
 
 def consume(source: Any, checkpoint_id: str, folder: str | os.PathLike[str], step: int, mode: str, *,

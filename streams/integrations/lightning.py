@@ -51,7 +51,9 @@ from streams.client.hashing import LoadedContent, hash_file
 from streams.client.restored import Restored
 from streams.control.commands import ControlCommand
 from streams.integrations.errors import IntegrationError, missing_framework
+from streams.integrations.fallback import Ancestry, substitute
 from streams.integrations.guard import DivergenceGuard
+from streams.integrations.safety import Outcomes, never_raises
 from streams.integrations.store import CheckpointStore, checkpoint_id_of
 
 try:
@@ -81,6 +83,13 @@ def read_lightning_checkpoint(path: str | os.PathLike[str]) -> tuple[dict[str, A
     return ck, content
 
 
+def _number(v: Any) -> float | None:
+    try:
+        return float(v.detach().float().item()) if isinstance(v, torch.Tensor) else float(v)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+
+
 def _loss_of(outputs: Any) -> float | None:
     if isinstance(outputs, dict):
         outputs = outputs.get("loss")
@@ -89,7 +98,7 @@ def _loss_of(outputs: Any) -> float | None:
     return float(outputs.detach().float().item()) if isinstance(outputs, torch.Tensor) else float(outputs)
 
 
-class TraintraceCallback(pl.Callback):
+class TraintraceCallback(pl.Callback, Outcomes):
     """One job's Lightning side of the record, around its :class:`~streams.client.JobClient`.
 
     ``store``: the cohort's checkpoint directory; ``grad_norm``: also record the total gradient
@@ -119,13 +128,17 @@ class TraintraceCallback(pl.Callback):
         self.module: Any = None
         self._step = 0
         self._grad_norm: float | None = None
+        self.ancestry = Ancestry()  # this job's own checkpoints its weights descend from
+        self.gave_up: str | None = None  # why the job stopped for good (JobFinished's status)
+        self._init_outcomes()
 
     # -- the record -------------------------------------------------------------------------------
 
     @property
     def stopping(self) -> bool:
-        """This incarnation diverged or a rollback waits: train no further, save nothing."""
-        return self.guard.tripped or self.pending is not None
+        """This incarnation diverged, a rollback waits or the job gave up: train no further,
+        save nothing."""
+        return self.guard.tripped or self.pending is not None or self.gave_up is not None
 
     def checkpoint_id(self, step: int) -> str:
         inc = self.client.incarnation
@@ -150,11 +163,15 @@ class TraintraceCallback(pl.Callback):
         h = self.client.checkpoint_written(checkpoint_id, path, step, epoch, content_hash=hash_file(path))
         self.written[checkpoint_id] = h
         self.last_checkpoint_id = checkpoint_id
+        self.ancestry.wrote(checkpoint_id, step)
 
     def finish(self, status: str = "SUCCEEDED") -> None:
         """Record ``JobFinished`` (with the last checkpoint of the current history) and close."""
-        self.client.finished(status, final_checkpoint_id=self.last_checkpoint_id)
-        self.client.close()
+        try:
+            if self.client.started and not self.client.is_finished:
+                self.client.finished(status, final_checkpoint_id=self.last_checkpoint_id)
+        finally:
+            self.client.close()
 
     # -- Lightning hooks --------------------------------------------------------------------------
 
@@ -163,16 +180,23 @@ class TraintraceCallback(pl.Callback):
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         self.trainer, self.module = trainer, pl_module
-        self.start(pl_module)
+        try:
+            self.start(pl_module)
+        except Exception as exc:  # noqa: BLE001 - no record, no concurrent training
+            self.gave_up = "FAILED"
+            trainer.should_stop = True
+            self.outcome(f"JobStarted could not be recorded ({exc}): the fit stops "
+                         "(no record, no concurrent training)")
 
+    @never_raises()
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         if self.resume is None:
             return
         restored, command_id = self.resume
         if trainer.global_step != restored.step:
-            raise IntegrationError(f"Lightning restored {restored.checkpoint_id or 'the start state'} at global "
-                                   f"step {trainer.global_step}, the rollback asked for step {restored.step}: "
-                                   "give fit_under_control a Trainer factory (a fresh Trainer per fit)")
+            self.outcome(f"Lightning restored {restored.checkpoint_id or 'the start state'} at global step "
+                         f"{trainer.global_step}, the rollback asked for step {restored.step} (give "
+                         "fit_under_control a Trainer factory: a fresh Trainer per fit)")
         self.resume = None
         self.client.rolled_back(restored.checkpoint_id, restored.step, command_id,
                                 from_scratch=restored.from_scratch)
@@ -180,14 +204,27 @@ class TraintraceCallback(pl.Callback):
         if self.on_restored is not None:
             self.on_restored(restored, trainer, pl_module)
 
+    @never_raises()
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         self._step, self._grad_norm = trainer.global_step, None
 
+    @never_raises()
     def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
         if self.track_grad_norm:
             norms = [p.grad.detach().float().norm(2) for p in pl_module.parameters() if p.grad is not None]
             self._grad_norm = float(torch.stack(norms).norm(2)) if norms else None
 
+    @never_raises()
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        """A NaN or infinite value of any logged metric (``val_acc``, a monitored score...) is
+        a divergence too; none of them is recorded as the loss."""
+        if trainer.sanity_checking or self.stopping:
+            return
+        metrics = {k: _number(v) for k, v in trainer.callback_metrics.items()}
+        if self.guard.check(trainer.global_step, None, metrics=metrics):
+            trainer.should_stop = True
+
+    @never_raises()
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         loss = _loss_of(outputs)
         if loss is not None and not self.guard.tripped:
@@ -210,10 +247,14 @@ class TraintraceCallback(pl.Callback):
         Like ``JobClient.wait_while_halted``, but a rollback arriving meanwhile is kept."""
         self._take(self.client.poll(timeout))
         deadline = None if self.halt_wait is None else time.monotonic() + self.halt_wait
-        while self.client.halted:
+        while self.client.halted and not self.gave_up:
             if deadline is not None and time.monotonic() > deadline:
-                raise IntegrationError(f"job {self.client.job_id!r} is halted ({self.client.halt}) "
-                                       f"and was not released within {self.halt_wait} s")
+                self.gave_up = "CANCELLED"
+                self.outcome(f"halted ({self.client.halt}) and not released within {self.halt_wait} s: "
+                             "the fit stops")
+                if self.trainer is not None:
+                    self.trainer.should_stop = True
+                return
             self._take(self.client.poll(0.5))
 
     def _take(self, cmds: list[ControlCommand]) -> None:
@@ -224,7 +265,7 @@ class TraintraceCallback(pl.Callback):
     def wait_for_command(self, timeout: float = 60.0) -> bool:
         """After a divergence: wait for the referee's rollback (True once one is pending)."""
         deadline = time.monotonic() + timeout
-        while self.pending is None and time.monotonic() < deadline:
+        while self.pending is None and not self.gave_up and time.monotonic() < deadline:
             self.control(0.2)
         return self.pending is not None
 
@@ -235,15 +276,13 @@ class TraintraceCallback(pl.Callback):
         cmd, self.pending = self.pending, None
         if cmd is None:
             raise IntegrationError("prepare_restore() without a pending rollback")
-        restored = Restored.of(cmd)
+        sub = substitute(Restored.of(cmd), self.ancestry, self._usable)
+        restored = sub.restored
+        if sub.reason is not None:
+            self.outcome(f"rollback by command {cmd.command_id[:12]}: {sub.reason}")
         path: str | None = None
         if restored.checkpoint_id is not None:
-            p = self.store.locate(restored.checkpoint_id)
-            want = self.written.get(restored.checkpoint_id)
-            if want is not None and hash_file(p) != want:
-                raise IntegrationError(f"rollback target {p} changed since it was recorded: restore it "
-                                       "from a copy or have an operator choose another target")
-            path = str(p)
+            path = str(self.store.locate(restored.checkpoint_id))
         else:
             if self.initial is None:
                 raise IntegrationError("a restart before the first fit started: no start state to go back to")
@@ -251,8 +290,20 @@ class TraintraceCallback(pl.Callback):
             if not restored.from_scratch and self.base_checkpoint_id is not None:
                 self._load_base(module)
         self.resume = (restored, cmd.command_id)
+        self.ancestry.restored(restored.checkpoint_id)
         self.last_checkpoint_id = restored.checkpoint_id or (None if restored.from_scratch else self.base_checkpoint_id)
         return path
+
+    def _usable(self, checkpoint_id: str) -> str | None:
+        """Why ``checkpoint_id`` cannot be restored (None: it can)."""
+        try:
+            p = self.store.locate(checkpoint_id)
+        except IntegrationError:
+            return "deleted (save_top_k rotated it away?)"
+        want = self.written.get(checkpoint_id)
+        if want is not None and hash_file(p) != want:
+            return f"{p} changed since it was recorded"
+        return None
 
     # -- consuming a peer's checkpoint ------------------------------------------------------------
 
@@ -301,17 +352,23 @@ class TraintraceCallback(pl.Callback):
 
 class LineageCheckpoint(ModelCheckpoint):
     """A ``ModelCheckpoint`` whose every checkpoint goes to ``lineage``'s store as ``ID.pt``
-    and is recorded (``CheckpointWritten``, the hash of the file Lightning wrote). Keeps every
-    checkpoint (rollback targets, peers' sources) and saves nothing once the job diverged or a
-    rollback waits. Takes ``every_n_train_steps``, ``every_n_epochs``, ``train_time_interval``
-    and ``save_on_train_epoch_end`` as ``ModelCheckpoint`` does."""
+    and is recorded (``CheckpointWritten``, the hash of the file Lightning wrote); saves nothing
+    once the job diverged or a rollback waits. Takes ``every_n_train_steps``,
+    ``every_n_epochs``, ``train_time_interval`` and ``save_on_train_epoch_end`` as
+    ``ModelCheckpoint`` does; keeps every checkpoint unless given ``save_top_k`` (with
+    ``monitor``/``mode``, or alone: the newest k), which rotates the store as Lightning does —
+    a rollback whose target was rotated away restores the newest surviving older checkpoint
+    instead (see :meth:`TraintraceCallback.prepare_restore`)."""
 
     def __init__(self, lineage: TraintraceCallback, **kw: Any) -> None:
-        fixed = {"dirpath", "save_top_k", "save_last", "monitor", "save_weights_only", "filename"}
+        fixed = {"dirpath", "save_last", "save_weights_only", "filename", "enable_version_counter"}
         if fixed & set(kw):
             raise IntegrationError(f"LineageCheckpoint sets {', '.join(sorted(fixed & set(kw)))} itself: "
-                                   "drop them (every checkpoint is kept, whole, in the lineage's store)")
-        super().__init__(dirpath=str(lineage.store.root), save_top_k=-1, save_last=False, **kw)
+                                   "drop them (checkpoints are whole files ID.pt in the lineage's store)")
+        kw.setdefault("save_top_k", -1)
+        if kw["save_top_k"] > 1 and not kw.get("monitor"):  # the newest k, as Lightning's docs suggest
+            kw.update(monitor="step", mode="max")
+        super().__init__(dirpath=str(lineage.store.root), save_last=False, enable_version_counter=False, **kw)
         self.lineage = lineage
 
     @property
@@ -321,12 +378,19 @@ class LineageCheckpoint(ModelCheckpoint):
     def _should_skip_saving_checkpoint(self, trainer: Any) -> bool:
         return self.lineage.stopping or super()._should_skip_saving_checkpoint(trainer)
 
+    def format_checkpoint_name(self, metrics: dict[str, Any], filename: str | None = None,
+                               ver: int | None = None, prefix: str | None = None) -> str:
+        """``STORE/ID.pt`` of the checkpoint of ``metrics["step"]`` (the trainer's global step):
+        the path Lightning saves, ranks and deletes by is the lineage's."""
+        step = metrics.get("step")
+        step = int(step.item() if isinstance(step, torch.Tensor) else step or 0)
+        return str(self.lineage.store.file(self.lineage.checkpoint_id(step)))
+
     def _save_checkpoint(self, trainer: Any, filepath: str) -> None:
         ck_id = self.lineage.checkpoint_id(trainer.global_step)
         path = self.lineage.store.file(ck_id)
         path.parent.mkdir(parents=True, exist_ok=True)
         super()._save_checkpoint(trainer, str(path))
-        self.best_model_path = str(path)
         self.lineage.recorded_checkpoint(ck_id, path, trainer.global_step, trainer.current_epoch)
 
 
@@ -334,33 +398,48 @@ def fit_under_control(trainer: Any, model: Any, lineage: TraintraceCallback, *, 
                       max_segments: int = 20, **fit_kw: Any) -> Any:
     """``trainer.fit(model, **fit_kw)`` under the referee's control until the job is done, then
     ``JobFinished``. ``trainer``: a ``pl.Trainer`` factory (called for each fit), or one
-    Trainer (fitted again; then a restart from the start state raises IntegrationError). After a divergence it
-    waits ``command_wait`` s for the rollback; each rollback is one more fit with ``ckpt_path``
-    (at most ``max_segments`` fits). An exception records ``JobFinished`` FAILED. Returns the
-    last Trainer."""
+    Trainer (fitted again; a restart from the start state needs a factory). After a divergence
+    it waits ``command_wait`` s for the rollback; each rollback is one more fit with
+    ``ckpt_path`` (at most ``max_segments`` fits). Nothing of traintrace's is raised out of it
+    once the first fit started: when the job cannot go on (no command came, a halt not
+    released, a restart it cannot do) it stops with ``JobFinished`` FAILED or CANCELLED and
+    ``lineage.outcomes`` says why; an exception of the training itself propagates, after
+    ``JobFinished`` FAILED. Returns the last Trainer."""
     if "ckpt_path" in fit_kw:
         raise IntegrationError("fit_under_control chooses ckpt_path itself (the rollback targets): drop it")
     ckpt_path: str | None = None
+    t = None
+    status = "SUCCEEDED"
     try:
-        for _ in range(max_segments):
+        for segment in range(max_segments + 1):
+            if segment == max_segments:
+                status = "FAILED"
+                lineage.outcome(f"rolled back {max_segments} times: giving up")
+                break
             t = trainer() if callable(trainer) and not isinstance(trainer, pl.Trainer) else trainer
             if lineage not in t.callbacks:
                 raise IntegrationError("the Trainer does not hold the TraintraceCallback: pass it in callbacks=[...]")
             t.should_stop = False
             t.fit(model, ckpt_path=ckpt_path, **fit_kw)
+            if lineage.gave_up:
+                status = lineage.gave_up
+                break
             if lineage.pending is None and lineage.guard.tripped and not lineage.wait_for_command(command_wait):
-                raise IntegrationError(f"job {lineage.client.job_id!r} diverged and no rollback came within "
-                                       f"{command_wait} s: is the traintrace worker running?")
+                status = lineage.gave_up or "FAILED"
+                if not lineage.gave_up:
+                    lineage.outcome(f"diverged and no rollback came within {command_wait} s (is the traintrace "
+                                    "worker running?): the job stops")
+                break
             if lineage.pending is None:
                 lineage.control()  # a rollback that came as the fit ended
             if lineage.pending is None:
-                lineage.finish("SUCCEEDED")
-                return t
+                break
             ckpt_path = lineage.prepare_restore(model)
             if ckpt_path is None and t is trainer:
-                raise IntegrationError("a restart from the start state needs fresh loops: give fit_under_control "
-                                       "a Trainer factory (lambda: pl.Trainer(...)), not a Trainer")
-        raise IntegrationError(f"job {lineage.client.job_id!r} was rolled back {max_segments} times: giving up")
+                status = "FAILED"
+                lineage.outcome("a restart from the start state needs fresh loops, and fit_under_control was "
+                                "given one Trainer (give it a factory: lambda: pl.Trainer(...)): the job stops")
+                break
     except BaseException:
         if not lineage.client.is_finished:
             try:
@@ -368,3 +447,8 @@ def fit_under_control(trainer: Any, model: Any, lineage: TraintraceCallback, *, 
             except Exception:  # noqa: BLE001 - the original error is the one to see
                 pass
         raise
+    try:
+        lineage.finish(status)
+    except Exception as exc:  # noqa: BLE001 - never crash the user's experiment
+        lineage.outcome(f"JobFinished could not be recorded: {exc}")
+    return t

@@ -43,6 +43,7 @@ What it records (SPEC §4), one :class:`~streams.client.JobClient` per trial liv
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import os
 import random
@@ -56,6 +57,7 @@ from streams.client.hashing import LoadedContent, hash_directory
 from streams.client.restored import Restored
 from streams.control.commands import ControlCommand
 from streams.integrations.errors import IntegrationError, missing_framework
+from streams.integrations.fallback import Ancestry, substitute
 from streams.integrations.guard import DivergenceGuard
 from streams.integrations.store import checkpoint_id_of
 
@@ -76,12 +78,15 @@ CHECKPOINT_DIR = "checkpoint_dir_name"
 
 @dataclass
 class _Written:
-    """A checkpoint recorded: where it is, the result it was reported with, the trial's config."""
+    """A checkpoint recorded: where it is, the result it was reported with, the trial's config,
+    its step (the trial's iteration) and content hash."""
 
     trial_id: str
     path: str
     metrics: dict[str, Any]
     config: dict[str, Any]
+    step: int = 0
+    content_hash: str = ""
 
 
 @dataclass
@@ -97,10 +102,39 @@ class TrialJob:
     held_since: float | None = None  # paused for the referee (diverged) or an operator (halted)
     restores: list[Restored] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)  # exploit sources the gate refused
+    consumed: list[str] = field(default_factory=list)  # exploit sources recorded, in order
+    #: the trial's own checkpoints its current weights descend from (SPEC §7's ancestry), oldest first
+    ancestry: Ancestry = field(default_factory=Ancestry)
+    #: what went wrong on our side and what was done instead, e.g. "restore-substituted: ..."
+    outcomes: list[str] = field(default_factory=list)
 
     @property
     def job_id(self) -> str:
         return self.client.job_id
+
+
+def _safe(default: Any = None) -> Callable:
+    """A scheduler hook that never raises into Tune: a failure of ours is logged and counted
+    (``LineagePBT.errors``) and the hook returns ``default`` — or, for the hooks that must
+    answer Tune, what plain PBT would (the ``fallback`` method)."""
+
+    def wrap(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def hook(self: "LineagePBT", *args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(self, *args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - never crash the user's experiment
+                self.errors += 1
+                log.exception("traintrace: %s failed (%s): the experiment goes on", fn.__name__, exc)
+                fallback = getattr(super(LineagePBT, self), fn.__name__, None)
+                if fallback is not None and default is _PLAIN_PBT:
+                    return fallback(*args, **kwargs)
+                return default
+        return hook
+    return wrap
+
+
+_PLAIN_PBT = object()  # a hook's default: what PopulationBasedTraining itself does
 
 
 class LineagePBT(PopulationBasedTraining):
@@ -110,18 +144,22 @@ class LineagePBT(PopulationBasedTraining):
     cohort id (default: the experiment's directory name); ``base_model``: what ``JobStarted``
     names; ``client_kwargs``: passed to each ``JobClient`` (``bootstrap``, ``topics``,
     ``worker_url`` for the gate, ``trusted_keys``…) or ``client_factory(job_id, cohort,
-    base_model)`` builds the client itself; ``loss_metric``: the result key recorded as the loss
-    (default: PBT's ``metric``); ``hold_timeout``: seconds a trial waits for the referee or an
-    operator before it is stopped (None: for ever). Every other argument is PBT's.
+    base_model)`` builds the client itself; ``loss_metric``: the result key recorded as the
+    training loss (see :meth:`loss_key`; ``False``: never record a loss); ``hold_timeout``:
+    seconds a trial waits for the referee or an operator before it is stopped (None: for ever).
+    Every other argument is PBT's.
     """
 
     def __init__(self, *, journal_dir: str | os.PathLike[str] | None = None, cohort: str | None = None,
                  base_model: str = "ray-trial", client_kwargs: dict[str, Any] | None = None,
                  client_factory: Callable[[str, str, str], Any] | None = None,
-                 loss_metric: str | None = None, hold_timeout: float | None = 600.0, **pbt: Any) -> None:
+                 loss_metric: str | bool | None = None, hold_timeout: float | None = 600.0, **pbt: Any) -> None:
         if journal_dir is None and client_factory is None:
             raise IntegrationError("LineagePBT needs journal_dir= (or client_factory=) "
                                    "for the trials' journals")
+        if loss_metric is True or (loss_metric is not None and loss_metric is not False
+                                   and not isinstance(loss_metric, str)):
+            raise IntegrationError(f"loss_metric must be a result key, False or None, got {loss_metric!r}")
         super().__init__(**pbt)
         self.journal_dir = Path(journal_dir) if journal_dir is not None else None
         self.cohort = cohort
@@ -134,6 +172,8 @@ class LineagePBT(PopulationBasedTraining):
         self.checkpoints: dict[str, _Written] = {}   # checkpoint id -> where and what
         self._by_path: dict[str, str] = {}           # resolved directory -> checkpoint id
         self._controller: Any = None
+        self.unrecorded: set[str] = set()  # trials whose client could not start: stopped
+        self.errors = 0  # failures of ours, logged, that the experiment went on through
 
     def __getstate__(self) -> dict[str, Any]:  # Tune pickles its config: no clients, no threads
         state = self.__dict__.copy()
@@ -141,6 +181,26 @@ class LineagePBT(PopulationBasedTraining):
         return state
 
     # -- the record -------------------------------------------------------------------------------
+
+    def loss_key(self, result: dict[str, Any]) -> str | None:
+        """The result key recorded as ``Progress.loss``, or None (progress without a loss).
+
+        Only a training loss, lower when better, is a loss: ``loss_metric`` when given (False:
+        never); else the trainable's own ``loss`` when it reports one; else PBT's ``metric`` when
+        PBT minimises it (``mode="min"``) and its name says it is a loss (``loss``,
+        ``mean_loss``, ``train_loss``...). An accuracy, a reward or a score that PBT maximises
+        (``mode="max"``) never feeds the processor's spike rule; a non-finite value of any
+        reported metric is still a divergence."""
+        if self.loss_metric is False:
+            return None
+        if isinstance(self.loss_metric, str):
+            return self.loss_metric if self.loss_metric in result else None
+        if "loss" in result:
+            return "loss"
+        metric = self._metric
+        if metric and self._mode == "min" and "loss" in metric.lower() and metric in result:
+            return metric
+        return None
 
     def _client(self, trial: Trial) -> Any:
         cohort = self.cohort or trial.storage.experiment_dir_name
@@ -153,11 +213,18 @@ class LineagePBT(PopulationBasedTraining):
 
     def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
         super().on_trial_add(tune_controller, trial)
-        client = self._client(trial)
-        job = TrialJob(trial, client, DivergenceGuard(client))
-        client.on_rollback = lambda cmd, job=job: self._rollback(job, cmd)
-        client.on_halt = lambda cmd, job=job: self._hold(job)
-        client.start()
+        try:
+            client = self._client(trial)
+            job = TrialJob(trial, client, DivergenceGuard(client))
+            client.on_rollback = lambda cmd, job=job: self._rollback(job, cmd)
+            client.on_halt = lambda cmd, job=job: self._hold(job)
+            client.start()
+        except Exception as exc:  # noqa: BLE001 - no record, no concurrent training: stop the trial
+            self.errors += 1
+            self.unrecorded.add(trial.trial_id)
+            log.error("traintrace: trial %s cannot be recorded (%s): it will be stopped at its first result "
+                      "(no record, no concurrent training)", trial.trial_id, exc)
+            return
         self.jobs[trial.trial_id] = job
 
     def checkpoint_id(self, job: TrialJob, iteration: int) -> str:
@@ -175,12 +242,13 @@ class LineagePBT(PopulationBasedTraining):
         try:
             h = hash_directory(path)
         except OSError as exc:
-            raise IntegrationError(f"checkpoint {path} of trial {job.job_id} cannot be read: {exc}; "
-                                   "keep Tune's checkpoints until the trial ends") from exc
+            raise IntegrationError(f"checkpoint {path} of trial {job.job_id} cannot be read: {exc}") from exc
         job.client.checkpoint_written(ck_id, path, iteration, 0, content_hash=h)
         self._by_path[key] = ck_id
-        self.checkpoints[ck_id] = _Written(job.job_id, path, dict(metrics), copy.deepcopy(job.trial.config))
+        self.checkpoints[ck_id] = _Written(job.job_id, path, dict(metrics), copy.deepcopy(job.trial.config),
+                                           iteration, h)
         job.last_checkpoint_id = ck_id
+        job.ancestry.wrote(ck_id, iteration)
         return ck_id
 
     def _record(self, job: TrialJob, result: dict[str, Any]) -> None:
@@ -190,17 +258,26 @@ class LineagePBT(PopulationBasedTraining):
             return
         job.last_result = key
         step = int(result[ITERATION])
-        name = self.loss_metric or self._metric
-        if name in result:
-            loss = float(result[name])
-            job.client.progress(step, 0, loss)
-            job.guard.check(step, loss)
+        name = self.loss_key(result)
+        loss = _number(result.get(name)) if name is not None else None
+        job.client.progress(step, 0, loss)
+        job.guard.check(step, loss, metrics={k: v for k, v in result.items() if k != name})
         if result.get(CHECKPOINT_DIR):
-            self._written(job, os.path.join(job.trial.path, result[CHECKPOINT_DIR]), result)
+            path = os.path.join(job.trial.path, result[CHECKPOINT_DIR])
+            try:
+                self._written(job, path, result)
+            except IntegrationError as exc:
+                job.outcomes.append(f"checkpoint-unrecorded: {exc}")
+                log.error("traintrace: %s: not recorded (a checkpoint nobody may load)", exc)
 
+    @_safe(TrialScheduler.CONTINUE)
     def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict) -> str:
         self._controller = tune_controller
-        job = self.jobs[trial.trial_id]
+        job = self.jobs.get(trial.trial_id)
+        if job is None:
+            if trial.trial_id in self.unrecorded:
+                return TrialScheduler.STOP
+            return super().on_trial_result(tune_controller, trial, result)
         self._record(job, result)
         self._obey(job)
         if trial.status == Trial.PAUSED:  # rolled back or halted just now
@@ -210,6 +287,7 @@ class LineagePBT(PopulationBasedTraining):
             return TrialScheduler.NOOP
         return super().on_trial_result(tune_controller, trial, result)
 
+    @_safe(None)
     def on_trial_complete(self, tune_controller: Any, trial: Trial, result: dict) -> None:
         job = self.jobs.get(trial.trial_id)
         if job is not None and not job.client.is_finished:
@@ -217,12 +295,14 @@ class LineagePBT(PopulationBasedTraining):
             self._finish(job, "SUCCEEDED")
         super().on_trial_complete(tune_controller, trial, result)
 
+    @_safe(None)
     def on_trial_error(self, tune_controller: Any, trial: Trial) -> None:
         job = self.jobs.get(trial.trial_id)
         if job is not None and not job.client.is_finished:
             self._finish(job, "FAILED")
         super().on_trial_error(tune_controller, trial)
 
+    @_safe(None)
     def on_trial_remove(self, tune_controller: Any, trial: Trial) -> None:
         job = self.jobs.get(trial.trial_id)
         if job is not None and not job.client.is_finished:
@@ -230,8 +310,10 @@ class LineagePBT(PopulationBasedTraining):
         super().on_trial_remove(tune_controller, trial)
 
     def _finish(self, job: TrialJob, status: str) -> None:
-        job.client.finished(status, final_checkpoint_id=job.last_checkpoint_id)
-        job.client.close()
+        try:
+            job.client.finished(status, final_checkpoint_id=job.last_checkpoint_id)
+        finally:
+            job.client.close()
 
     # -- the exploit ------------------------------------------------------------------------------
 
@@ -246,29 +328,39 @@ class LineagePBT(PopulationBasedTraining):
             ck = state.last_checkpoint if got else None
         return ck or None
 
+    @_safe(None)
     def _exploit(self, tune_controller: Any, trial: Trial, trial_to_clone: Trial) -> None:
         """Gate, record and exploit the first clean candidate: ``trial_to_clone``, then the rest of
         the upper quantile in random order; no exploit when every one is refused."""
-        job = self.jobs[trial.trial_id]
+        job = self.jobs.get(trial.trial_id)
+        if job is None:  # not recorded: it is being stopped
+            return
         step = int(self._trial_state[trial].last_train_time)
         others = [t for t in self._quantiles()[1] if t is not trial and t is not trial_to_clone]
         random.shuffle(others)
         for candidate in [trial_to_clone, *others]:
-            ck = self._resolved(candidate)
+            source_job = self.jobs.get(candidate.trial_id)
+            ck = self._resolved(candidate) if source_job is not None else None
             if ck is None:
                 continue
             metrics = self._trial_state[candidate].last_result or {}
-            source = self._written(self.jobs[candidate.trial_id], ck.path, metrics)
             try:
+                source = self._written(source_job, ck.path, metrics)
                 job.client.consumed(source, step, "PBT_EXPLOIT",
                                     load=lambda p=ck.path: LoadedContent(p, hash_directory(p)))
             except GateRefused as exc:
                 log.warning("traintrace: trial %s may not exploit %s (%s); trying another", trial.trial_id,
-                            source, exc.status)
-                job.refused.append(source)
+                            exc.checkpoint_id, exc.status)
+                job.refused.append(exc.checkpoint_id)
+                continue
+            except (IntegrationError, OSError) as exc:  # the source's files are gone or changed
+                log.warning("traintrace: trial %s cannot exploit trial %s's checkpoint (%s); trying another",
+                            trial.trial_id, candidate.trial_id, exc)
+                job.outcomes.append(f"exploit-skipped: {exc}")
                 continue
             super()._exploit(tune_controller, trial, candidate)
             job.exploits += 1
+            job.consumed.append(source)
             return
         log.warning("traintrace: no clean checkpoint in the upper quantile for trial %s: no exploit",
                     trial.trial_id)
@@ -288,20 +380,40 @@ class LineagePBT(PopulationBasedTraining):
         if job.held_since is None:
             job.held_since = time.monotonic()
 
+    def _usable(self, checkpoint_id: str) -> str | None:
+        """Why ``checkpoint_id`` cannot be restored here (None: it can)."""
+        w = self.checkpoints.get(checkpoint_id)
+        if w is None:
+            return "not a checkpoint this experiment wrote"
+        if not Path(w.path).exists():
+            return "deleted (Tune's num_to_keep rotated it away)"
+        try:
+            if w.content_hash and hash_directory(w.path) != w.content_hash:
+                return "its content changed since it was recorded"
+        except OSError as exc:
+            return f"unreadable: {exc}"
+        return None
+
     def _rollback(self, job: TrialJob, cmd: ControlCommand) -> Restored:
         """Obey a rollback through Ray's restore path: pause the trial, make the target its latest
-        checkpoint (with the config it was written under), and let Tune restore it on resume."""
-        restored = Restored.of(cmd)
+        checkpoint (with the config it was written under), and let Tune restore it on resume.
+        When the target is gone, the newest surviving checkpoint of the trial's ancestry older
+        than it is restored instead, or the trial restarts afresh (its base); the ``RolledBack``
+        names what was restored."""
+        sub = substitute(Restored.of(cmd), job.ancestry, self._usable)
+        restored = sub.restored
+        if sub.reason is not None:
+            self.errors += 1
+            job.outcomes.append(f"restore-substituted: {sub.reason}")
+            log.error("traintrace: rollback of trial %s (command %s): %s", job.job_id, cmd.command_id[:12],
+                      sub.reason)
         trial = job.trial
         self._pause(trial)
         manager = trial.run_metadata.checkpoint_manager
         if restored.checkpoint_id is None:  # the base of a PBT trial: no checkpoint, a fresh start
             manager._latest_checkpoint_result = None
         else:
-            w = self.checkpoints.get(restored.checkpoint_id)
-            if w is None or not Path(w.path).exists():
-                raise IntegrationError(f"rollback of trial {job.job_id} to {restored.checkpoint_id}: the "
-                                       "checkpoint is not one this experiment wrote (or it was deleted)")
+            w = self.checkpoints[restored.checkpoint_id]
             manager._latest_checkpoint_result = _TrainingResult(
                 checkpoint=Checkpoint.from_directory(w.path), metrics=dict(w.metrics))
             trial.set_config(copy.deepcopy(w.config))
@@ -310,6 +422,8 @@ class LineagePBT(PopulationBasedTraining):
         state.last_score, state.last_checkpoint = None, None
         job.last_result = None
         job.held_since = None if not job.client.halted else job.held_since
+        job.ancestry.restored(restored.checkpoint_id)
+        job.last_checkpoint_id = restored.checkpoint_id
         job.restores.append(restored)
         return restored
 
@@ -323,9 +437,11 @@ class LineagePBT(PopulationBasedTraining):
                 and time.monotonic() - job.held_since > self.hold_timeout:
             log.error("traintrace: trial %s waited %.0f s for the referee or a release: stopping it",
                       job.job_id, self.hold_timeout)
+            job.outcomes.append(f"stopped: held for more than {self.hold_timeout} s")
             self._controller.stop_trial(job.trial)
         return blocked
 
+    @_safe(_PLAIN_PBT)
     def choose_trial_to_run(self, tune_controller: Any) -> Trial | None:
         """PBT's choice among the paused and pending trials, leaving out those held (halted or
         diverged); the held trials' commands are applied here, while they wait."""
@@ -334,6 +450,9 @@ class LineagePBT(PopulationBasedTraining):
         for trial in tune_controller.get_trials():
             job = self.jobs.get(trial.trial_id)
             if trial.status not in (Trial.PENDING, Trial.PAUSED) or job is None or job.client.is_finished:
+                if job is None and trial.status in (Trial.PENDING, Trial.PAUSED) \
+                        and trial.trial_id not in self.unrecorded:
+                    candidates.append(trial)
                 continue
             if self._blocked(job):
                 continue
@@ -341,3 +460,12 @@ class LineagePBT(PopulationBasedTraining):
                 candidates.append(trial)
         candidates.sort(key=lambda t: self._trial_state[t].last_train_time)
         return candidates[0] if candidates else None
+
+
+def _number(v: Any) -> float | None:
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None

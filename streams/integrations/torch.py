@@ -63,7 +63,9 @@ from streams.client.restored import Restored
 from streams.control.commands import ControlCommand
 from streams.files.atomic import atomic_write
 from streams.integrations.errors import IntegrationError, missing_framework
+from streams.integrations.fallback import Ancestry, substitute
 from streams.integrations.guard import DivergenceGuard
+from streams.integrations.safety import Outcomes
 from streams.integrations.store import CheckpointStore, checkpoint_id_of
 
 try:
@@ -169,7 +171,7 @@ def merge_weights(model: torch.nn.Module, source: dict[str, Any], weight: float 
                 t.mul_(1.0 - weight).add_(source[name].to(t.dtype), alpha=weight)
 
 
-class TorchLineage:
+class TorchLineage(Outcomes):
     """One job's PyTorch side of the record, around its :class:`~streams.client.JobClient`.
 
     ``store``: the cohort's checkpoint directory (a path or a CheckpointStore); ``model``,
@@ -200,6 +202,9 @@ class TorchLineage:
         self.restored: Restored | None = None  # the last restore, until poll() hands it over
         self.last_saved: LoadedContent | None = None  # where the last save went, and its hash
         self._initial: TorchCheckpoint | None = None
+        self.ancestry = Ancestry()  # this job's own checkpoints its weights descend from
+        self.written: dict[str, str] = {}  # checkpoint id -> content hash, this process
+        self._init_outcomes()
         if getattr(client, "on_rollback", None) is None:  # else the job wired on_rollback itself
             client.on_rollback = self.on_rollback
 
@@ -250,6 +255,8 @@ class TorchLineage:
             content = self._save_folder(ck_id, step, epoch, extra)
         self.client.checkpoint_written(ck_id, content.path, step, epoch, content_hash=content.content_hash)
         self.last_checkpoint_id, self.last_saved = ck_id, content
+        self.written[ck_id] = content.content_hash
+        self.ancestry.wrote(ck_id, step)
         return ck_id
 
     def _save_folder(self, ck_id: str, step: int, epoch: int, extra: dict[str, Any] | None) -> LoadedContent:
@@ -356,10 +363,31 @@ class TorchLineage:
             self.on_restored(restored)
 
     def on_rollback(self, cmd: ControlCommand) -> Restored:
-        """The client's ``on_rollback``: restore what ``cmd`` asks, say what was restored."""
-        restored = Restored.of(cmd)
-        self.restore(restored)
-        return restored
+        """The client's ``on_rollback``: restore what ``cmd`` asks, say what was restored. A
+        target that is gone or changed (a user's own rotation deleted it) is replaced by the
+        newest surviving checkpoint of the job's ancestry older than it, else the base."""
+        sub = substitute(Restored.of(cmd), self.ancestry, self._usable)
+        if sub.reason is not None:
+            self.outcome(f"rollback by command {cmd.command_id[:12]}: {sub.reason}")
+        self.restore(sub.restored)
+        self.ancestry.restored(sub.restored.checkpoint_id)
+        return sub.restored
+
+    def _usable(self, checkpoint_id: str) -> str | None:
+        """Why ``checkpoint_id`` cannot be restored (None: it can)."""
+        try:
+            p = self.store.locate(checkpoint_id)
+        except IntegrationError:
+            return "deleted"
+        want = self.written.get(checkpoint_id)
+        if want is not None:
+            try:
+                got = hash_directory(p) if p.is_dir() else LoadedContent.of_bytes(p, p.read_bytes()).content_hash
+            except OSError as exc:
+                return f"unreadable: {exc}"
+            if got != want:
+                return f"{p} changed since it was recorded"
+        return None
 
     # -- state ------------------------------------------------------------------------------------
 

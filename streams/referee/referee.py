@@ -33,7 +33,7 @@ from streams.core.decide import (
     Lineage,
     PlanChanged,
 )
-from streams.core.events import CheckpointWritten, Event
+from streams.core.events import CheckpointWritten, Event, RolledBack
 from streams.core.state import Config, FoldResult
 from streams.referee import records as R
 
@@ -159,6 +159,10 @@ class Referee:
                 ck = lin.state.checkpoints.get(ev.checkpoint_id)
                 if ck is not None and ck.job_id == ev.job_id and ck.seq == ev.seq and not ck.sources:
                     out.append(R.checkpoint_status(ck, lin.state.jobs[ck.job_id].cohort_id, [], now_ms))
+            elif isinstance(ev, RolledBack) and ev.command_id is not None:
+                alert = self._substituted(ev, cohort, now_ms)
+                if alert is not None:
+                    out.append(alert)
         root: list[str | None] = []
 
         def current_root() -> str | None:
@@ -208,6 +212,29 @@ class Referee:
             elif isinstance(d, AlertRaised):
                 out.append(R.alert_emission(d, cohort, now_ms))
         return Handled(result, self._dedupe(out, publish))
+
+    def _substituted(self, ev: RolledBack, cohort: str, now_ms: int) -> R.Emission | None:
+        """An alert when a job acknowledged the rollback command in force with a restore other
+        than the one it asked for: its target was gone (rotated away, changed), so the job
+        restored an older checkpoint of its own or its base (SPEC §13). The fold takes the
+        restore as recorded; the operators hear of it."""
+        em = self.decided_plan.get(ev.job_id)
+        if em is None or em.record != "RollbackCommand" or em.value.get("command_id") != ev.command_id:
+            return None
+        action, target = em.value.get("action"), em.value.get("target_checkpoint_id")
+        if action == "RESTART_FROM_SCRATCH":
+            if ev.from_scratch:
+                return None
+        elif not ev.from_scratch and ev.restored_checkpoint_id == target:
+            return None
+        got = "a restart from scratch" if ev.from_scratch else (ev.restored_checkpoint_id or "its base")
+        return R.alert_emission(AlertRaised(
+            "RESTORE_SUBSTITUTED", ev.job_id, cohort,
+            f"{ev.job_id} acknowledged {action} to {target or 'its base'} (command {ev.command_id[:12]}) "
+            f"by restoring {got}: the target could not be restored (deleted by rotation, or changed)",
+            checkpoint_id=ev.restored_checkpoint_id,
+            details={"command_id": ev.command_id, "target_checkpoint_id": target or "",
+                     "restored_checkpoint_id": ev.restored_checkpoint_id or ""}), cohort, now_ms)
 
     def _dedupe(self, out: list[R.Emission], publish: bool) -> list[R.Emission]:
         """Drop what is not to be published: everything in a replay (its state is reconciled

@@ -134,6 +134,11 @@ def control_records(bootstrap: str, topics: TopicNames) -> list[tuple[str, dict[
     return [(*CODEC.decode_record(m.value), m.value) for m in read_to_end(bootstrap, topics.control)]
 
 
+def alert_records(bootstrap: str, topics: TopicNames) -> list[dict[str, Any]]:
+    """Every record of ``lineage.alerts``, decoded, in partition then offset order."""
+    return [CODEC.decode_record(m.value)[1] for m in read_to_end(bootstrap, topics.alerts)]
+
+
 def assert_commands_consistent(bootstrap: str, topics: TopicNames, allow_copies: bool = True) -> int:
     """No command id on ``lineage.control`` with two different contents; returns how many
     identical re-published copies there are (0 required unless ``allow_copies``)."""

@@ -194,3 +194,29 @@ def test_reconcile_publishes_what_a_dead_owner_never_sent():
     assert len(ids) == len(set(ids))
     # a second reconcile has nothing left to send but the (idempotent) manifests
     assert [e for e in new.reconcile(0, last_plan, 10**9) if e.topic == "control"] == []
+
+
+def _acknowledge(lines, job, restored, step, from_scratch=False):
+    """A's rollback command of the 01 vector, acknowledged with the restore given."""
+    ref = Referee()
+    emissions = run(ref, routed_events(lines))
+    cmd = next(e.value for e in emissions if e.record == "RollbackCommand" and e.key == job)
+    last = max((d for d in lines if d["job_id"] == job), key=lambda d: d["seq"])
+    ack = {"type": "RolledBack", "job_id": job, "seq": last["seq"] + 1, "incarnation": last["incarnation"] + 1,
+           "ts": last["ts"] + 1, "restored_checkpoint_id": restored, "resumed_step": step,
+           "command_id": cmd["command_id"], "from_scratch": from_scratch}
+    out = run(ref, routed_events([ack]), t0=10**9)
+    return cmd, [e.value for e in out if e.record == "Alert" and e.value["kind"] == "RESTORE_SUBSTITUTED"]
+
+
+def test_an_acknowledgement_that_restored_something_else_raises_an_alert():
+    """Issue 22: a job whose rollback target was rotated away restores an older checkpoint (or
+    its base) and says so in its RolledBack; the referee folds it and tells the operators."""
+    lines = load_lines("01_seed_example")
+    cmd, alerts = _acknowledge(lines, "A", "A-480", 480)
+    assert cmd["target_checkpoint_id"] == "A-480" and alerts == []  # the target itself: no alert
+    _cmd, alerts = _acknowledge(lines, "A", None, 0)  # A has nothing older than A-480: its base
+    assert [(a["job_id"], a["checkpoint_id"]) for a in alerts] == [("A", None)]
+    assert alerts[0]["details"]["target_checkpoint_id"] == "A-480" and "its base" in alerts[0]["message"]
+    _cmd, alerts = _acknowledge(lines, "A", None, 0, from_scratch=True)
+    assert len(alerts) == 1 and "from scratch" in alerts[0]["message"]

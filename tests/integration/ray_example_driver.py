@@ -1,0 +1,117 @@
+"""Run one of Ray's own shipped PBT examples as a user would (``python pbt_function.py
+--smoke-test``), with only the scheduler swapped for :class:`LineagePBT`.
+
+Run in a subprocess by ``test_ray_examples.py``::
+
+    python ray_example_driver.py EXAMPLE OUT.json
+
+``EXAMPLE`` is a module name under ``ray.tune.examples`` (``pbt_function``, ``pbt_example``),
+loaded from the installed ``ray`` package and executed as ``__main__`` with ``--smoke-test``:
+its own trainable, ``CheckpointConfig(num_to_keep=…)``, ``metric``/``mode`` and stop rule,
+unchanged. ``ray.tune.schedulers.PopulationBasedTraining`` is replaced, before the example
+imports it, by a subclass of ``LineagePBT`` that takes the example's own arguments and adds the
+lineage's (journal directory, cohort, the gate's worker URL). Kafka, topics and the trusted
+keyring come from the environment (``KAFKA_BOOTSTRAP_SERVERS``, ``TRAINTRACE_TOPIC_PREFIX``,
+``TRAINTRACE_TRUSTED_KEYS``), the rest from ``TRAINTRACE_EXAMPLE_*``:
+
+- ``TRAINTRACE_EXAMPLE_WORKER_URL``, ``TRAINTRACE_EXAMPLE_JOURNALS``, ``TRAINTRACE_EXAMPLE_COHORT``;
+- ``TRAINTRACE_EXAMPLE_NAN_AT`` (an iteration): a NaN injected, where Tune hands results to the
+  scheduler, into ``mean_accuracy`` of the first trial whose checkpoint of the iteration before
+  was exploited by another trial (the trial "reported" NaN as far as Tune and PBT can tell).
+
+Writes to ``OUT.json`` what the scheduler saw: each trial's restores, refused exploits, the
+injected trial, and where Ray's ``pbt_global.txt`` is. Exit status 0 when ``Tuner.fit()``
+returned (the example ran to its end).
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import json
+import math
+import os
+import runpy
+import sys
+from pathlib import Path
+
+os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+
+import ray.tune.schedulers as schedulers  # noqa: E402
+
+from streams.integrations.ray_tune import LineagePBT  # noqa: E402
+
+INSTANCES: list["Swapped"] = []
+NAN_AT = int(os.environ["TRAINTRACE_EXAMPLE_NAN_AT"]) if os.environ.get("TRAINTRACE_EXAMPLE_NAN_AT") else None
+
+
+class Swapped(LineagePBT):
+    """The example's ``PopulationBasedTraining(...)``, with the lineage's arguments added."""
+
+    def __init__(self, **pbt):
+        super().__init__(journal_dir=os.environ["TRAINTRACE_EXAMPLE_JOURNALS"],
+                         cohort=os.environ.get("TRAINTRACE_EXAMPLE_COHORT"), base_model="ray-example",
+                         client_kwargs={"worker_url": os.environ["TRAINTRACE_EXAMPLE_WORKER_URL"],
+                                        "gate_unknown_wait": 5.0},
+                         hold_timeout=180, **pbt)
+        self.injected: str | None = None
+        INSTANCES.append(self)
+
+    def on_trial_result(self, tune_controller, trial, result):
+        if NAN_AT is not None and self.injected is None and result.get("training_iteration") == NAN_AT:
+            before = f"{trial.trial_id}-{NAN_AT - 1}"
+            exploited = any(before in getattr(j, "consumed", ()) for j in self.jobs.values())
+            if exploited:
+                self.injected = trial.trial_id
+        if self.injected == trial.trial_id and result.get("training_iteration") == NAN_AT \
+                and self.jobs[trial.trial_id].client.incarnation == 0:
+            result = {**result, "mean_accuracy": math.nan}
+        return super().on_trial_result(tune_controller, trial, result)
+
+
+def start_ray() -> None:
+    """``ray.init(num_cpus=2)`` as the example's ``--smoke-test`` asks, started here first and
+    retried: Ray gives its raylet a fixed 30 s to register, which a loaded machine can miss. The
+    example's own ``ray.init`` then joins it (``ignore_reinit_error``)."""
+    import ray
+
+    real_init = ray.init
+    for attempt in range(3):
+        try:
+            real_init(num_cpus=2, include_dashboard=False)
+            break
+        except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception for it
+            if "timed out during startup" not in str(exc) or attempt == 2:
+                raise
+            ray.shutdown()
+    ray.init = lambda *a, **k: real_init(*a, **{**k, "ignore_reinit_error": True})
+
+
+def main(example: str, out: str) -> int:
+    spec = importlib.util.find_spec(f"ray.tune.examples.{example}")
+    assert spec is not None and spec.origin, example
+    start_ray()
+    schedulers.PopulationBasedTraining = Swapped
+    sys.argv = [spec.origin, "--smoke-test"]
+    runpy.run_path(spec.origin, run_name="__main__")
+    pbt = INSTANCES[-1]
+    home = Path(os.environ["HOME"])
+    logs = sorted(set(glob.glob(str(home / "ray_results" / "*" / "pbt_global.txt"))))
+    report = {
+        "example": spec.origin,
+        "perturbations": pbt._num_perturbations,
+        "pbt_global": logs,
+        "injected": pbt.injected,
+        "tags": {tid: pbt._trial_state[j.trial].orig_tag for tid, j in pbt.jobs.items()},
+        "jobs": {tid: {"restores": [[r.checkpoint_id, r.step, r.from_scratch] for r in j.restores],
+                       "refused": j.refused, "exploits": j.exploits, "consumed": getattr(j, "consumed", []),
+                       "outcomes": getattr(j, "outcomes", [])}
+                 for tid, j in pbt.jobs.items()},
+    }
+    Path(out).write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))

@@ -1,0 +1,125 @@
+"""Lightning's own ``BoringModel`` (``pytorch_lightning.demos.boring_classes``), as a user fits
+it (issue 22), on a real broker and a real worker: the user's own
+``ModelCheckpoint(save_top_k=2, monitor="val_score", mode="max")`` next to the integration, and
+the integration's ``LineageCheckpoint`` rotating its store too (``save_top_k=2``: the newest two).
+
+B checkpoints every 4 steps and exploits ``S-4`` (a checkpoint of job S, a plain job client) at
+step 6. At step 13, after rotation deleted ``B-4``, S reports a divergence with onset 3: the
+referee rolls B back to ``B-4``, its last checkpoint before the exploit — which is gone, and
+nothing older survives. B restarts from its start state (its base), records ``RolledBack``
+naming that, refits through Lightning and finishes; nothing is raised out of
+``fit_under_control``; the user's monitored score, which Lightning maximises, is never recorded
+as a loss; the log audits clean.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pl = pytest.importorskip("pytorch_lightning")
+torch = pytest.importorskip("torch")
+
+from pytorch_lightning.callbacks import ModelCheckpoint  # noqa: E402
+from pytorch_lightning.demos.boring_classes import BoringModel  # noqa: E402
+
+from streams.client.restored import Restored  # noqa: E402
+from streams.integrations.lightning import LineageCheckpoint, TraintraceCallback, fit_under_control  # noqa: E402
+
+pytestmark = pytest.mark.integration
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+STEPS = 20
+WAIT = 90.0
+
+
+class Scored(BoringModel):
+    """The user's BoringModel: it logs a validation score to maximise (``val_score``), and the
+    test's story runs at the start of each training step."""
+
+    story = None
+
+    def training_step(self, batch, batch_idx):
+        if self.story is not None:
+            self.story(self, self.trainer.global_step)
+        return super().training_step(batch, batch_idx)
+
+    def validation_step(self, batch, batch_idx):
+        out = super().validation_step(batch, batch_idx)
+        self.log("val_score", -out["x"])
+        return out
+
+
+def test_boring_model_with_the_users_model_checkpoint_and_rotation(lineage_cohort, tmp_path):
+    from streams.core.state import Config
+
+    torch.set_num_threads(1)
+    # BoringModel's loss (random inputs, a fixed target) is noisy: a spike factor of 50 keeps the
+    # processor's spike rule from rolling B back a second time on its own noise
+    run = lineage_cohort(extra_args=["--spike-factor", "50"])
+    store = tmp_path / "ckpts"
+    store.mkdir()
+    source = run.client("S", base_model="boring", on_rollback=lambda cmd: None)
+    source.start()
+    torch.manual_seed(9)
+    torch.save({"state_dict": BoringModel().state_dict(), "global_step": 4}, store / "S-4.pt")
+    source.progress(4, 0, 1.0)
+    source.checkpoint_written("S-4", store / "S-4.pt", 4, 0)
+
+    lineage = TraintraceCallback(run.client("B", base_model="boring"), store, halt_wait=30)
+    seen = {}
+
+    def story(module, step):
+        if lineage.client.incarnation:
+            return
+        if step == 6 and "exploit" not in seen:
+            seen["exploit"] = lineage.consume("S-4", "PBT_EXPLOIT")
+        if step == 13 and "report" not in seen:
+            seen["report"] = sorted(p.name for p in store.glob("B-*.pt"))
+            source.diverged(3, "late-detector", "found by an offline evaluation, after the fact")
+            assert source.flush(30) == 0
+            run.wait_status("S-4", "tainted")
+            assert lineage.wait_for_command(WAIT), "no command for B"
+            module.trainer.should_stop = True
+
+    user_checkpoints = []
+
+    def make():
+        user = ModelCheckpoint(dirpath=str(tmp_path / "user" / str(len(user_checkpoints))), save_top_k=2,
+                               monitor="val_score", mode="max")
+        user_checkpoints.append(user)
+        return pl.Trainer(max_steps=STEPS, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                          enable_model_summary=False, val_check_interval=4, limit_val_batches=2,
+                          default_root_dir=str(tmp_path),
+                          callbacks=[lineage, LineageCheckpoint(lineage, every_n_train_steps=4, save_top_k=2), user])
+
+    torch.manual_seed(2)
+    model = Scored()
+    model.story = story
+    trainer = fit_under_control(make, model, lineage, command_wait=WAIT)  # nothing raised
+    source.poll(5)
+    source.finished("FAILED")
+    run.settle(grace_s=1)
+
+    assert "B-4.pt" not in seen["report"] and seen["report"] == ["B-12.pt", "B-8.pt"]  # rotated
+    assert run.rollbacks()["B"] == ("ROLLBACK", "B-4")
+    assert lineage.restores[0][:3] == (None, 0, False) and lineage.errors == 1, lineage.outcomes
+    assert "B-4" in lineage.outcomes[0] and "base" in lineage.outcomes[0]
+    assert trainer.global_step == STEPS
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    # the user's own ModelCheckpoint kept its two best, by a score Lightning maximises
+    last = user_checkpoints[-1]
+    assert len(last.best_k_models) == 2 and os.path.exists(last.best_model_path)
+
+    events = run.events()
+    mine = [e for e in events if e["job_id"] == "B"]
+    rb = [e for e in mine if e["type"] == "RolledBack"]
+    assert [(e["restored_checkpoint_id"], e["resumed_step"], e["from_scratch"]) for e in rb] == [(None, 0, False)]
+    assert Restored(None, 0) == Restored(rb[0]["restored_checkpoint_id"], rb[0]["resumed_step"])
+    progress = [e for e in mine if e["type"] == "Progress"]
+    assert progress and all(e["loss"] is not None for e in progress)  # the training loss only
+    assert not [e for e in mine if e["type"] == "DivergenceReported"]
+    assert mine[-1]["type"] == "JobFinished" and mine[-1]["status"] == "SUCCEEDED"
+    assert run.plans()["plans"] == []
+    run.assert_audits_clean(Config(spike_factor=50.0))

@@ -1,0 +1,141 @@
+"""Ray Tune's own shipped PBT examples, unchanged but for the scheduler (issue 22).
+
+``ray/tune/examples/pbt_function.py`` (the function API, ``CheckpointConfig(num_to_keep=2,
+checkpoint_score_attribute="mean_accuracy")``) and ``pbt_example.py`` (the class API,
+``num_to_keep=4``) are loaded from the installed ``ray`` package and run as a user runs them
+(``--smoke-test``: 8 trials, 10 iterations, ``metric="mean_accuracy", mode="max"``), each in its
+own process (``ray_example_driver.py``) with ``PopulationBasedTraining`` swapped for
+``LineagePBT``, against a real broker and a real worker:
+
+- healthy (the worker's detector window 3, so that a spike could show within 10 iterations): no
+  plan, no halt (an accuracy that rises is no loss that spikes); every exploit in
+  Ray's own ``pbt_global.txt`` is a ``PBT_EXPLOIT`` event of the same (target, source) trials;
+  the log audits clean; ``Tuner.fit()`` returns;
+- a NaN injected into one trial's ``mean_accuracy`` at iteration 6, after another trial exploited
+  its iteration-5 checkpoint (a taint margin of 1 taints it): the diverged trial and exactly the
+  trials that exploited its tainted checkpoint are rolled back, whatever Ray's rotation deleted
+  meanwhile (each restores what survives, and says so), and the run finishes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray.tune.examples.pbt_function")
+
+pytestmark = pytest.mark.integration
+
+DRIVER = Path(__file__).with_name("ray_example_driver.py")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_example(run, tmp_path: Path, example: str, nan_at: int | None = None) -> dict:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    out = tmp_path / f"{example}.json"
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    env = {**os.environ, "HOME": str(home), "KAFKA_BOOTSTRAP_SERVERS": run.bootstrap,
+           "TRAINTRACE_TOPIC_PREFIX": run.topics.events[: -len("lineage.events")],
+           "TRAINTRACE_TRUSTED_KEYS": str(run.keys),
+           "TRAINTRACE_EXAMPLE_WORKER_URL": run.worker_url,
+           "TRAINTRACE_EXAMPLE_JOURNALS": str(tmp_path / "jobs"),
+           "TRAINTRACE_EXAMPLE_COHORT": run.cohort,
+           "PYTHONPATH": str(REPO), "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+    if nan_at is not None:
+        env["TRAINTRACE_EXAMPLE_NAN_AT"] = str(nan_at)
+    p = subprocess.run([sys.executable, str(DRIVER), example, str(out)], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=600)
+    tail = (p.stdout[-3000:] + "\n--- stderr ---\n" + p.stderr[-6000:])
+    assert p.returncode == 0, f"the example did not finish (exit {p.returncode}):\n{tail}"
+    report = json.loads(out.read_text())
+    report["output"] = tail
+    return report
+
+
+def run_with_exploits(lineage_cohort, tmp_path: Path, example: str, extra_args: list[str],
+                      nan_at: int | None = None, tries: int = 3) -> tuple:
+    """Run the example on a fresh cohort until Ray made an exploit (with ``nan_at``: until a
+    NaN was injected after one), ``tries`` times at most: the smoke test's 10 iterations make
+    about one exploit, drawn at random by the example's own trainable. Returns (run, report)."""
+    for attempt in range(tries):
+        run = lineage_cohort(extra_args=extra_args)
+        report = run_example(run, tmp_path / f"try{attempt}", example, nan_at=nan_at)
+        if (report["injected"] if nan_at is not None else ray_exploits(report)) or attempt == tries - 1:
+            break
+        run.close()  # its worker stops; the next try has fresh topics
+    return run, report
+
+
+def ray_exploits(report: dict) -> list[tuple[str, str]]:
+    """(target trial, source trial) of every line of Ray's own ``pbt_global.txt``."""
+    by_tag = {tag: tid for tid, tag in report["tags"].items()}
+    lines = []
+    for path in report["pbt_global"]:
+        lines += [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
+    return sorted((by_tag[a], by_tag[b]) for a, b, *_ in lines)
+
+
+def recorded_exploits(events: list[dict]) -> list[tuple[str, str]]:
+    written = {e["checkpoint_id"]: e["job_id"] for e in events if e["type"] == "CheckpointWritten"}
+    return sorted((e["job_id"], written[e["source_checkpoint_id"]]) for e in events
+                  if e["type"] == "CheckpointConsumed" and e["mode"] == "PBT_EXPLOIT")
+
+
+@pytest.mark.parametrize("example", ["pbt_function", "pbt_example"])
+def test_rays_own_example_runs_healthy_with_no_plan(lineage_cohort, tmp_path, example):
+    from streams.core.state import Config
+
+    # a detector window of 3 (the smoke test has 10 iterations): were the rising accuracy taken
+    # for a loss, its rise would pass the spike rule within the run
+    run, report = run_with_exploits(lineage_cohort, tmp_path, example, ["--window", "3"])
+    run.settle(grace_s=1)
+    events = run.events()
+    assert len(report["jobs"]) == 8
+    plans = run.plans()
+    assert plans["plans"] == [] and plans["halts"] == [], (plans, report["output"])
+    assert run.rollbacks() == {}
+    progress = [e for e in events if e["type"] == "Progress"]
+    assert progress and all(e["loss"] is None for e in progress)  # mean_accuracy is no loss
+    pairs = ray_exploits(report)
+    assert pairs, f"Ray's smoke test made no exploit in 3 runs:\n{report['output']}"
+    assert recorded_exploits(events) == pairs
+    finished = {e["job_id"]: e["status"] for e in events if e["type"] == "JobFinished"}
+    assert finished == {j: "SUCCEEDED" for j in report["jobs"]}
+    run.assert_audits_clean(Config(window=3))
+
+
+def test_rays_own_example_with_a_nan_rolls_back_the_trial_and_its_exploiters(lineage_cohort, tmp_path):
+    from streams.core.state import Config
+
+    run, report = run_with_exploits(lineage_cohort, tmp_path, "pbt_function", ["--taint-margin", "1"],
+                                    nan_at=6)
+    run.settle(grace_s=1)
+    events = run.events()
+    bad = report["injected"]
+    assert bad, f"no trial's iteration-5 checkpoint was exploited before iteration 6:\n{report['output']}"
+    tainted_source = f"{bad}-5"
+    exploiters = sorted(j for j, info in report["jobs"].items() if tainted_source in info["consumed"])
+    assert exploiters
+    # exactly the diverged trial and its exploiters are rolled back
+    live = run.rollbacks()
+    assert sorted(live) == sorted([bad, *exploiters]), (live, exploiters)
+    for j in [bad, *exploiters]:
+        mine = [e for e in events if e["job_id"] == j]
+        rb = [e for e in mine if e["type"] == "RolledBack"]
+        assert rb, (j, [e["type"] for e in mine])
+        assert report["jobs"][j]["restores"], report["jobs"][j]
+        # what it restored is what it says it restored, and it is clean
+        restored = rb[0]["restored_checkpoint_id"]
+        assert [restored] == [r[0] for r in report["jobs"][j]["restores"][:1]]
+        assert mine[-1]["type"] == "JobFinished"
+    plans = run.plans()
+    assert plans["plans"] == [] and plans["halts"] == [], plans  # every plan acknowledged
+    finished = {e["job_id"] for e in events if e["type"] == "JobFinished"}
+    assert finished == set(report["jobs"])
+    run.assert_audits_clean(Config(taint_margin=1))
