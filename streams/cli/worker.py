@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -95,11 +96,15 @@ if TYPE_CHECKING:
               help="Let a settled cohort (every job finished, every plan acknowledged) leave memory after its "
                    "snapshot until its next event: memory then follows the active cohorts, and the HTTP views "
                    "(/jobs, /incidents, /plans) show only the cohorts in memory. [env TRAINTRACE_EVICT_SETTLED]")
+@click.option("--supervise", is_flag=True, envvar="TRAINTRACE_SUPERVISE",
+              help="Restart the worker whenever it dies (it is crash-only: a crash exits with status 70), "
+                   "with a backoff of 1 s doubling to 30 s; for hosts without a supervisor of their own "
+                   "(Kubernetes, systemd Restart=on-failure restart it themselves). [env TRAINTRACE_SUPERVISE]")
 @core_options
 def worker(bootstrap, kafka_config, topic_prefix, app_id, partitions, data_dir, store, web_port, web_host, grace_seconds, ack_timeout,
            commitment_interval, commit_interval, session_timeout, loglevel, signing_key, reset_data_dir,
            retention_ms, allow_finite_retention, allow_under_replicated, snapshot_every, snapshot_interval,
-           evict_settled, window, spike_factor, taint_margin, require_sealed_events, job_keys) -> None:
+           evict_settled, supervise, window, spike_factor, taint_margin, require_sealed_events, job_keys) -> None:
     """Run a processor worker: route lineage.events by cohort, fold each cohort through the
     lineage core, publish commands, manifests, alerts and commitments.
 
@@ -109,6 +114,12 @@ def worker(bootstrap, kafka_config, topic_prefix, app_id, partitions, data_dir, 
     topic is replicated less safely than the cluster allows unless --allow-under-replicated.
     Stops cleanly on Ctrl-C / SIGTERM.
     """
+    from streams.worker.supervise import SUPERVISED_ENV
+
+    if supervise and not os.environ.get(SUPERVISED_ENV):
+        from streams.worker.supervise import supervise as run_supervised
+
+        sys.exit(run_supervised([sys.executable, "-m", "streams", *sys.argv[1:]]))
     key_note = _key_note(signing_key)  # fail before starting anything when the key is unusable
     if store == "rocksdb":  # the default store: its library comes with the worker extra
         from streams.cli.extras import fail_missing, missing
@@ -217,4 +228,16 @@ def run_worker(settings) -> None:
     tune_gc()
     app = create_app(settings)
     w = faust.Worker(app, loglevel=settings.loglevel, redirect_stdouts=False)
-    w.execute_from_commandline()
+    try:
+        w.execute_from_commandline()
+    finally:
+        # Faust ends a crashed app's worker with status 0; a crash must exit non-zero so that a
+        # supervisor (Kubernetes, systemd, --supervise) restarts it (streams.worker.supervise)
+        reason = app.crash_reason or w.crash_reason
+        if reason is not None:
+            import logging as _logging
+
+            _logging.getLogger("traintrace.worker").critical("the worker crashed (%r): exiting with status 70 "
+                                                             "so that it is restarted", reason)
+            _logging.shutdown()
+            os._exit(70)

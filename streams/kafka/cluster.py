@@ -485,6 +485,12 @@ class LocalCluster:
                               f"({meta.error if meta is not None else 'no such topic'})")
         return int(meta.partitions[partition].leader)
 
+    def coordinator_of(self, group: str, timeout: float = 10.0) -> int:
+        """The node id coordinating consumer group ``group`` now."""
+        admin = self._settings(self.bootstrap).admin()
+        fut = admin.describe_consumer_groups([group], request_timeout=timeout)[group]
+        return int(fut.result().coordinator.id)
+
     def active_controller(self, timeout: float = 30.0) -> int:
         """The node id of the KRaft quorum's leader (the active controller)."""
         java, libs = find_java(), resolve_jars(self.version, self.cache_dir)

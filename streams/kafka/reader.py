@@ -32,6 +32,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from streams.kafka.retry import is_transient  # noqa: F401 - re-exported: the one policy
+from streams.kafka.retry import retry_transient as _retry_transient
 from streams.kafka.settings import KafkaSettings, client_logger
 from streams.kafka.errors import (
     KafkaAdapterError,
@@ -166,7 +168,8 @@ def _partitions(c: _Consumer, bootstrap: str, topic: str, timeout: float) -> lis
     deadline = time.monotonic() + timeout
     while True:
         try:
-            md = consumer.list_topics(topic=topic, timeout=min(1.0, max(0.1, deadline - time.monotonic())))
+            md = consumer.list_topics(topic=topic,  # retried: this loop, until the deadline
+                                      timeout=min(1.0, max(0.1, deadline - time.monotonic())))
             break
         except KafkaException as exc:
             consumer.poll(0)  # serves error_cb
@@ -202,38 +205,12 @@ def topic_partitions(kafka: KafkaSettings | str, topic: str, timeout: float = CO
 
 T = TypeVar("T")
 
-_TRANSIENT = frozenset({
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,  # a topic just created, not yet known to every node
-    KafkaError.REQUEST_TIMED_OUT,
-    KafkaError._TIMED_OUT,
-    KafkaError._TRANSPORT,
-    # a broker killed mid-request (its connection torn down): another replica leads shortly
-    KafkaError._DESTROY_BROKER,
-    KafkaError._ALL_BROKERS_DOWN,
-    KafkaError.NOT_COORDINATOR,
-    KafkaError.COORDINATOR_NOT_AVAILABLE,
-})
-
-
-def is_transient(exc: BaseException) -> bool:
-    """A Kafka error a moment later may not repeat: a moving leader, a broker going away."""
-    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-    return isinstance(err, KafkaError) and (err.retriable() or err.code() in _TRANSIENT)
-
-
 def retry_transient(call: Callable[[float], T], what: str, timeout: float) -> T:
-    """``call(seconds left)`` until it returns, retrying :func:`is_transient` errors for up to
-    ``timeout`` seconds; then (or on any other Kafka error) :class:`ReaderError` naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return call(min(5.0, max(0.1, deadline - time.monotonic())))
-        except KafkaException as exc:
-            if not is_transient(exc) or time.monotonic() >= deadline:
-                raise ReaderError(f"cannot get {what}: {_text(exc)}") from exc
-            time.sleep(0.2)
+    """:func:`streams.kafka.retry.retry_transient` (the one policy), failing as :class:`ReaderError`."""
+    try:
+        return _retry_transient(call, what, timeout)
+    except KafkaAdapterError as exc:
+        raise ReaderError(str(exc)) from exc.__cause__
 
 
 def _watermarks(consumer: Consumer, bootstrap: str, topic: str, partition: int,

@@ -16,6 +16,7 @@ from confluent_kafka.admin import NewTopic
 
 from streams.kafka import security
 from streams.kafka.errors import KafkaAdapterError
+from streams.kafka.retry import is_transient, retry_transient
 from streams.kafka.settings import KafkaSettings
 
 
@@ -87,7 +88,7 @@ def ensure_topics(kafka: KafkaSettings | str, topics: Iterable[tuple[str, int, d
     watch = kafka.error_watch()
     admin = kafka.admin(error_cb=watch)
     try:
-        md = security.list_topics(admin, watch, timeout)
+        md = security.list_topics(admin, watch, timeout)  # retried: in slices until the deadline
     except KafkaException as exc:
         raise KafkaAdapterError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
     rf, replicated = replication(len(md.brokers), kafka.replication_factor)
@@ -95,17 +96,35 @@ def ensure_topics(kafka: KafkaSettings | str, topics: Iterable[tuple[str, int, d
            for name, parts, config in topics if name not in md.topics]
     if not new:
         return
-    for name, fut in admin.create_topics(new, operation_timeout=timeout).items():
-        try:
-            fut.result()
-        except KafkaException as exc:
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                known = kafka.refusal(exc, operation="CREATE", resource=name)
-                raise (known or KafkaAdapterError(f"cannot create topic {name}: {exc}")) from exc
+    pending = {t.topic: t for t in new}
+
+    def create(left: float) -> None:
+        """Create what is not created yet; a retriable error (a controller moving) is raised
+        for the policy to retry, the others as one line naming the topic."""
+        transient: KafkaException | None = None
+        futures = admin.create_topics(list(pending.values()), operation_timeout=left)  # retried: create() is
+        for name, fut in futures.items():  # called by retry_transient below
+            try:
+                fut.result()
+            except KafkaException as exc:
+                if "TOPIC_ALREADY_EXISTS" in str(exc):
+                    pass
+                elif is_transient(exc):
+                    transient = exc
+                    continue
+                else:
+                    known = kafka.refusal(exc, operation="CREATE", resource=name)
+                    raise (known or KafkaAdapterError(f"cannot create topic {name}: {exc}")) from exc
+            pending.pop(name, None)
+        if transient is not None:
+            raise transient
+
+    retry_transient(create, f"topics {sorted(pending)} created on {bootstrap}", timeout)
     deadline = time.monotonic() + timeout
     wanted = {t.topic for t in new}
     while time.monotonic() < deadline:
-        md = admin.list_topics(timeout=timeout).topics
+        md = retry_transient(lambda left: admin.list_topics(timeout=left), f"the topics of {bootstrap}",
+                             timeout).topics
         if all(n in md and md[n].partitions and all(p.leader >= 0 for p in md[n].partitions.values())
                for n in wanted):
             return
@@ -227,19 +246,15 @@ def retention_findings(kafka: KafkaSettings | str, names: TopicNames, retention_
     bootstrap = kafka.bootstrap
     admin = kafka.admin()
     wanted = [getattr(names, field) for field in AUDIT_TOPICS]
-    try:
-        existing = set(admin.list_topics(timeout=timeout).topics)
-    except KafkaException as exc:
-        raise KafkaAdapterError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
+    existing = set(retry_transient(lambda left: admin.list_topics(timeout=left),
+                                   f"the topics of Kafka at {bootstrap}", timeout).topics)
     resources = [ConfigResource(ResourceType.TOPIC, t) for t in wanted if t in existing]
     if not resources:
         return []
-    configs: dict[str, dict[str, Any]] = {}
-    for res, fut in admin.describe_configs(resources, request_timeout=timeout).items():
-        try:
-            configs[res.name] = fut.result()
-        except KafkaException as exc:
-            raise KafkaAdapterError(f"cannot read the config of topic {res.name}: {exc}") from exc
+    configs: dict[str, dict[str, Any]] = retry_transient(
+        lambda left: {res.name: fut.result() for res, fut in
+                      admin.describe_configs(resources, request_timeout=left).items()},
+        f"the configs of topics {sorted(r.name for r in resources)}", timeout)
     out: list[RetentionFinding] = []
     for topic in wanted:
         conf = configs.get(topic)
@@ -349,21 +364,17 @@ def replication_findings(kafka: KafkaSettings | str, names: TopicNames,
 
     kafka = KafkaSettings.of(kafka)
     admin = kafka.admin()
-    try:
-        md = admin.list_topics(timeout=timeout)
-    except KafkaException as exc:
-        raise KafkaAdapterError(f"cannot reach Kafka at {kafka.bootstrap}: {exc}") from exc
+    md = retry_transient(lambda left: admin.list_topics(timeout=left), f"the topics of Kafka at {kafka.bootstrap}",
+                         timeout)
     wanted_rf, _config = replication(len(md.brokers), kafka.replication_factor)
     topics = [t for t in names.all().values() if t in md.topics and md.topics[t].partitions]
     if not topics:
         return []
     resources = [ConfigResource(ResourceType.TOPIC, t) for t in topics]
-    configs: dict[str, dict[str, str | None]] = {}
-    for res, fut in admin.describe_configs(resources, request_timeout=timeout).items():
-        try:
-            configs[res.name] = {k: None if e.value is None else str(e.value) for k, e in fut.result().items()}
-        except KafkaException as exc:
-            raise KafkaAdapterError(f"cannot read the config of topic {res.name}: {exc}") from exc
+    configs: dict[str, dict[str, str | None]] = retry_transient(
+        lambda left: {res.name: {k: None if e.value is None else str(e.value) for k, e in fut.result().items()}
+                      for res, fut in admin.describe_configs(resources, request_timeout=left).items()},
+        f"the configs of topics {topics}", timeout)
     out: list[ReplicationFinding] = []
     for topic in topics:
         replicas = min(len(p.replicas) for p in md.topics[topic].partitions.values())
@@ -398,15 +409,16 @@ def seed_group_offsets(kafka: KafkaSettings | str, group_id: str, topics: Iterab
             try:
                 seeds = []
                 for topic in topics:
-                    md = consumer.list_topics(topic, timeout=timeout)
+                    md = consumer.list_topics(topic, timeout=timeout)  # retried: this loop, until the deadline
                     if topic not in md.topics:
                         continue
                     parts = list(md.topics[topic].partitions)
-                    committed = consumer.committed([TopicPartition(topic, p) for p in parts], timeout=timeout)
+                    committed = consumer.committed([TopicPartition(topic, p) for p in parts],  # retried: this loop
+                                                   timeout=timeout)
                     for tp in committed:
                         if tp.offset < 0:
-                            low, _high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition),
-                                                                        timeout=timeout)
+                            low, _high = consumer.get_watermark_offsets(  # retried: this loop
+                                TopicPartition(topic, tp.partition), timeout=timeout)
                             seeds.append(TopicPartition(topic, tp.partition, max(low, 0)))
                 break
             except KafkaException:  # e.g. the group coordinator of a fresh broker is still loading

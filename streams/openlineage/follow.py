@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator
 from streams.codec import Codec, DecodeError
 from streams.core.errors import InvalidEvent
 from streams.core.events import parse_event
+from streams.kafka.retry import retry_transient
 from streams.kafka.reader import read_range, topic_partitions
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames
@@ -46,7 +47,9 @@ def end_offsets(kafka: KafkaSettings, topic: str) -> dict[int, int]:
     """partition -> end offset of ``topic`` now (the start of ``--from-end``)."""
     consumer = kafka.consumer(f"traintrace-openlineage-{uuid.uuid4().hex[:12]}", **{"enable.auto.commit": False})
     try:
-        return {p: consumer.get_watermark_offsets(_tp(topic, p), timeout=10.0, cached=False)[1]
+        return {p: retry_transient(lambda left, p=p: consumer.get_watermark_offsets(_tp(topic, p), timeout=left,
+                                                                                 cached=False),
+                                   f"the end offset of {topic}[{p}]", 30.0)[1]
                 for p in topic_partitions(kafka, topic)}
     finally:
         consumer.close()

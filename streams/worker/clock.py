@@ -25,6 +25,7 @@ import time
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from streams.kafka.retry import RetryPolicy, retry_transient
 from streams.kafka.settings import KafkaSettings
 
 log = logging.getLogger("traintrace.worker")
@@ -100,14 +101,20 @@ class InputClock:
     def watermark(self, now_ms: int, timeout: float = 10.0) -> int:
         """The input watermark in milliseconds (see the module's doc); ``now_ms`` is the wall
         clock read before the offsets."""
+        policy = RetryPolicy(deadline_s=timeout)
         with self._lock:
-            md = self._offsets.list_topics(self.topic, timeout=timeout)
+            md = retry_transient(lambda left: self._offsets.list_topics(self.topic, timeout=left),
+                                 f"the partitions of {self.topic}", policy)
             parts = sorted(md.topics[self.topic].partitions) if self.topic in md.topics else []
-            committed = self._offsets.committed([TopicPartition(self.topic, p) for p in parts], timeout=timeout)
+            committed = retry_transient(
+                lambda left: self._offsets.committed([TopicPartition(self.topic, p) for p in parts], timeout=left),
+                f"the committed offsets of {self.group} on {self.topic}", policy)
             mark = now_ms - self.slack_ms
             for tp in committed:
-                low, high = self._offsets.get_watermark_offsets(TopicPartition(self.topic, tp.partition),
-                                                                timeout=timeout)
+                low, high = retry_transient(
+                    lambda left, p=tp.partition: self._offsets.get_watermark_offsets(
+                        TopicPartition(self.topic, p), timeout=left),
+                    f"the end offsets of {self.topic}[{tp.partition}]", policy)
                 pos = tp.offset if tp.offset >= 0 else low
                 if pos >= high:
                     continue  # routed to its end

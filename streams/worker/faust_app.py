@@ -42,6 +42,7 @@ from streams.worker import metrics, views
 from streams.worker.assignment import Assignment
 from streams.worker.checkpoint_view import CheckpointView
 from streams.worker.clock import InputClock
+from streams.worker.health import Health, guarded
 from streams.worker.housekeeping import Housekeeping
 from streams.worker.jobmap import JobCohortMap
 from streams.worker.outbox import Outbox
@@ -121,10 +122,11 @@ def create_app(settings: WorkerSettings) -> faust.App:
     stalls = StallWatch(settings, (route, fold),
                         faust_read_offset=lambda topic, p: app.consumer._read_offset.get(TP(topic, p)))
     housekeeping_ = Housekeeping(settings, codec, referee, outbox, clock, fold)
+    health = Health()
 
     app.traintrace = {  # for the web views and tests
         "settings": settings, "referee": referee, "router": route.router, "checkpoints": ckview,
-        "position": fold.input.position, "route_position": route.input.position,
+        "position": fold.input.position, "route_position": route.input.position, "health": health,
     }
 
     @app.on_partitions_revoked.connect
@@ -137,9 +139,11 @@ def create_app(settings: WorkerSettings) -> faust.App:
 
     app.on_before_shutdown.connect(lambda *a, **kw: assignment.stop((clock.close, stalls.close, snapshots.close)))
 
+    # every timer's round is guarded: its exception is counted and told, never a crash of the
+    # app (streams.worker.health); the next round tries again
     @app.timer(interval=settings.commit_interval_s)
     async def commit_positions() -> None:
-        await assignment.commit_processed()
+        await guarded(health, "commit", assignment.commit_processed)
 
     @app.agent(events_topic)
     async def route_agent(stream):
@@ -162,19 +166,22 @@ def create_app(settings: WorkerSettings) -> faust.App:
     @app.timer(interval=2.0)
     async def stalled_partitions() -> None:
         """Records Faust read but never delivered at the tail of an owned partition."""
-        await stalls.check()
+        await guarded(health, "stall-check", stalls.check)
 
     @app.timer(interval=1.0)
     async def housekeeping() -> None:
-        await housekeeping_.run()
+        await guarded(health, "housekeeping", housekeeping_.run)
 
     @app.timer(interval=2.0)
     async def lag_metrics() -> None:
-        metrics.observe_lag(app.consumer, (route.input, fold.input))
+        async def observe() -> None:
+            metrics.observe_lag(app.consumer, (route.input, fold.input))
+
+        await guarded(health, "lag-metrics", observe)
 
     @app.task
     async def start_views() -> None:
         ckview.start()
 
-    views.register(app, referee, ckview, fold.lock)
+    views.register(app, referee, ckview, fold.lock, health)
     return app

@@ -99,6 +99,12 @@ EVICTED = Counter("traintrace_cohorts_left_memory_total", "Settled cohorts that 
 BROUGHT_BACK = Counter("traintrace_cohorts_brought_back_total",
                        "Cohorts out of memory brought back from their snapshot by new input", registry=REGISTRY)
 
+TIMER_FAILURES = Counter("traintrace_timer_rounds_failed_total",
+                         "Rounds of the worker's timers that failed and were skipped (the next round tries "
+                         "again; retriable broker errors past their deadline, mostly)", ["timer", "error"],
+                         registry=REGISTRY)
+
+
 
 def observe_referee(referee) -> None:
     incidents = plans = halted = held = 0

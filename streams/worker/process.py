@@ -22,6 +22,7 @@ from pathlib import Path
 
 from confluent_kafka import TopicPartition
 
+from streams.kafka.retry import retry_transient
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames
 
@@ -115,12 +116,16 @@ def group_lag(kafka: KafkaSettings | str, app_id: str, topics: list[str]) -> dic
     try:
         out: dict[str, int] = {}
         for topic in topics:
-            md = consumer.list_topics(topic, timeout=10)
+            md = retry_transient(lambda left: consumer.list_topics(topic, timeout=left), f"the partitions of {topic}", 30)
             parts = list(md.topics[topic].partitions) if topic in md.topics else []
-            committed = consumer.committed([TopicPartition(topic, p) for p in parts], timeout=10)
+            committed = retry_transient(
+                lambda left: consumer.committed([TopicPartition(topic, p) for p in parts], timeout=left),
+                f"the committed offsets of {app_id} on {topic}", 30)
             lag = 0
             for tp in committed:
-                _lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=10)
+                _lo, hi = retry_transient(
+                    lambda left, p=tp.partition: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=left),
+                    f"the end offsets of {topic}[{tp.partition}]", 30)
                 lag += max(0, hi - max(tp.offset, 0))
             out[topic] = lag
         return out

@@ -27,7 +27,7 @@ def _job_view(cohort: str, job) -> dict[str, Any]:
     }
 
 
-def register(app, referee, ckview, lock) -> None:
+def register(app, referee, ckview, lock, health=None) -> None:
     @app.page("/jobs")
     async def jobs(web, request):
         async with lock:
@@ -74,5 +74,9 @@ def register(app, referee, ckview, lock) -> None:
         return web.bytes(metrics.render(), headers={"Content-Type": metrics.CONTENT_TYPE})
 
     @app.page("/health")
-    async def health(web, request):
-        return web.json({"ok": True, "cohorts": len(referee.engines), "events": referee.stats.events})
+    async def health_view(web, request):
+        """ready / degraded (timers failing, skipped and counted: alive, do not restart) / dead
+        (stopping after a crash: HTTP 503, restart it). See streams.worker.health."""
+        out = {"ok": True, "state": "ready"} if health is None else health.view()
+        out.update(cohorts=len(referee.engines), events=referee.stats.events)
+        return web.json(out, status=503 if out["state"] == "dead" else 200)

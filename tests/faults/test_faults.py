@@ -49,6 +49,25 @@ def test_sigstop_a_broker_longer_than_the_session_timeout(case, fault_cluster):
     c.finish()
 
 
+def test_sigstop_the_group_coordinator_for_25_s(case, fault_cluster):
+    """Issue 23: the group's coordinator (and, mostly, a partition leader) paused for 25 s, far
+    longer than the workers' session timeout (6 s) and the brokers' (9 s): a GC pause or a
+    stalled VM. Every worker rides it out (its timers retry, skip and count, never crash the
+    app) and the invariants hold."""
+    c = case("coordinator SIGSTOP 25 s", seed=4).start()
+    time.sleep(3)
+    node = fault_cluster.coordinator_of(c.app_id)
+    leads = [p for p in range(4) if fault_cluster.leader_of(c.topics.events, p) == node]
+    c.notes["paused_node_leads_events"] = leads
+    c.fault(f"SIGSTOP node {node} (coordinator of the group; leads events{leads}) 25 s")
+    fault_cluster.pause(node)
+    try:
+        time.sleep(25)
+    finally:
+        fault_cluster.resume(node)
+    c.finish()
+
+
 def test_kill_9_the_active_controller(case, fault_cluster):
     c = case("controller kill -9", seed=3)
     controller = fault_cluster.active_controller()  # asked first: it takes seconds (a JVM)
