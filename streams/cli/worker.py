@@ -96,6 +96,12 @@ if TYPE_CHECKING:
               help="Let a settled cohort (every job finished, every plan acknowledged) leave memory after its "
                    "snapshot until its next event: memory then follows the active cohorts, and the HTTP views "
                    "(/jobs, /incidents, /plans) show only the cohorts in memory. [env TRAINTRACE_EVICT_SETTLED]")
+@click.option("--watchdog-seconds", type=click.FloatRange(min=0), envvar="TRAINTRACE_WATCHDOG_SECONDS", default=180.0,
+              show_default=True,
+              help="Exit with status 70 (stacks dumped) when records wait on an owned partition and none was "
+                   "processed for this long while every dependency answers, or when the event loop stops "
+                   "turning: a wedged worker is restarted by its supervisor; 0: off. "
+                   "[env TRAINTRACE_WATCHDOG_SECONDS]")
 @click.option("--supervise", is_flag=True, envvar="TRAINTRACE_SUPERVISE",
               help="Restart the worker whenever it dies (it is crash-only: a crash exits with status 70), "
                    "with a backoff of 1 s doubling to 30 s; for hosts without a supervisor of their own "
@@ -104,7 +110,7 @@ if TYPE_CHECKING:
 def worker(bootstrap, kafka_config, topic_prefix, app_id, partitions, data_dir, store, web_port, web_host, grace_seconds, ack_timeout,
            commitment_interval, commit_interval, session_timeout, loglevel, signing_key, reset_data_dir,
            retention_ms, allow_finite_retention, allow_under_replicated, snapshot_every, snapshot_interval,
-           evict_settled, supervise, window, spike_factor, taint_margin, require_sealed_events, job_keys) -> None:
+           evict_settled, watchdog_seconds, supervise, window, spike_factor, taint_margin, require_sealed_events, job_keys) -> None:
     """Run a processor worker: route lineage.events by cohort, fold each cohort through the
     lineage core, publish commands, manifests, alerts and commitments.
 
@@ -143,7 +149,7 @@ def worker(bootstrap, kafka_config, topic_prefix, app_id, partitions, data_dir, 
         commitment_interval_s=commitment_interval, commit_interval_s=commit_interval,
         session_timeout_s=session_timeout, loglevel=loglevel,
         signing_key=signing_key, kafka=kafka, snapshot_every=snapshot_every,
-        snapshot_interval_s=snapshot_interval, evict_settled=evict_settled,
+        snapshot_interval_s=snapshot_interval, evict_settled=evict_settled, watchdog_s=watchdog_seconds,
     )
     _prepare_data_dir(settings, reset_data_dir)
     err_console.print(f"traintrace worker: Kafka {kafka.bootstrap}, topics {topics.events} -> {topics.control}, "

@@ -42,7 +42,7 @@ from streams.worker import metrics, views
 from streams.worker.assignment import Assignment
 from streams.worker.checkpoint_view import CheckpointView
 from streams.worker.clock import InputClock
-from streams.worker.health import Health, guarded
+from streams.worker.health import Health, Watchdog, guarded
 from streams.worker.housekeeping import Housekeeping
 from streams.worker.jobmap import JobCohortMap
 from streams.worker.outbox import Outbox
@@ -123,6 +123,7 @@ def create_app(settings: WorkerSettings) -> faust.App:
                         faust_read_offset=lambda topic, p: app.consumer._read_offset.get(TP(topic, p)))
     housekeeping_ = Housekeeping(settings, codec, referee, outbox, clock, fold)
     health = Health()
+    watchdog = Watchdog(health, settings.watchdog_s) if settings.watchdog_s > 0 else None
 
     app.traintrace = {  # for the web views and tests
         "settings": settings, "referee": referee, "router": route.router, "checkpoints": ckview,
@@ -175,13 +176,24 @@ def create_app(settings: WorkerSettings) -> faust.App:
     @app.timer(interval=2.0)
     async def lag_metrics() -> None:
         async def observe() -> None:
-            metrics.observe_lag(app.consumer, (route.input, fold.input))
+            lags = metrics.observe_lag(app.consumer, (route.input, fold.input))
+            if watchdog is not None:
+                watchdog.progress(lags)
 
         await guarded(health, "lag-metrics", observe)
+
+    @app.timer(interval=1.0)
+    async def heartbeat() -> None:
+        """The watchdog's sign that the event loop turns."""
+        if watchdog is not None:
+            watchdog.beat()
 
     @app.task
     async def start_views() -> None:
         ckview.start()
+        if watchdog is not None:
+            watchdog.beat()
+            watchdog.start()
 
     views.register(app, referee, ckview, fold.lock, health)
     return app

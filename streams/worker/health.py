@@ -14,13 +14,17 @@ a Faust timer crashes the whole app: that is how one paused broker used to stop 
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import logging
+import os
+import threading
+import time
 from typing import Any, Awaitable, Callable
 
 from streams.kafka.retry import Degradation
 from streams.worker import metrics
 
-__all__ = ["Health", "guarded"]
+__all__ = ["Health", "Watchdog", "guarded"]
 
 log = logging.getLogger("traintrace.worker")
 
@@ -61,3 +65,69 @@ async def guarded(health: Health, name: str, body: Callable[[], Awaitable[Any]])
         d.failed(f"{type(exc).__name__}: {exc}")
     else:
         d.ok()
+
+
+class Watchdog(threading.Thread):
+    """Liveness a supervisor can trust: a worker that is alive but makes no progress is ended.
+
+    Two checks, every second, from a thread of its own (a wedged event loop cannot run them):
+
+    - the event loop stopped turning: :meth:`beat` (an asyncio timer, every second) was last
+      called more than ``loop_s`` ago;
+    - an owned partition has records waiting (lag > 0) and its position has not moved for
+      ``stall_s`` while every timer is healthy (a broker outage degrades the timers: then the
+      worker waits, it is not stuck): :meth:`progress`, fed by the lag timer.
+
+    Either way the worker's stacks are dumped to stderr (``faulthandler``), ``/health`` says
+    dead, and the process exits with status 70 so that its supervisor restarts it
+    (:mod:`streams.worker.supervise`). ``stall_s`` 0 switches the watchdog off.
+    """
+
+    def __init__(self, health: Health, stall_s: float, loop_s: float | None = None,
+                 clock: Callable[[], float] = time.monotonic, exit: Callable[[int], None] = os._exit) -> None:
+        super().__init__(name="traintrace-watchdog", daemon=True)
+        self.health, self.stall_s, self.clock, self.exit = health, stall_s, clock, exit
+        self.loop_s = loop_s if loop_s is not None else max(30.0, stall_s / 2)
+        self.last_beat = clock()
+        self.positions: dict[tuple[str, int], tuple[int, float]] = {}  # -> (position, since)
+        self._stopping = threading.Event()
+
+    def beat(self) -> None:
+        self.last_beat = self.clock()
+
+    def progress(self, lags: dict[tuple[str, int], tuple[int, int]]) -> None:
+        now = self.clock()
+        for key, (pos, lag) in lags.items():
+            seen = self.positions.get(key)
+            if lag <= 0 or seen is None or seen[0] != pos:
+                self.positions[key] = (pos, now)
+        for key in set(self.positions) - set(lags):
+            del self.positions[key]  # no longer owned
+
+    def verdict(self) -> str | None:
+        """Why the worker is stuck, or None."""
+        now = self.clock()
+        if now - self.last_beat > self.loop_s:
+            return f"the event loop has not turned for {now - self.last_beat:.0f} s"
+        if any(d.degraded for d in self.health.timers.values()):
+            return None  # a dependency is away: waiting is right
+        stuck = sorted(f"{t}[{p}]" for (t, p), (_pos, since) in self.positions.items() if now - since > self.stall_s)
+        if stuck:
+            return f"records wait on {', '.join(stuck)} and none was processed for {self.stall_s:.0f} s"
+        return None
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def run(self) -> None:
+        while not self._stopping.wait(1.0):
+            why = self.verdict()
+            if why is None:
+                continue
+            self.health.dead = why
+            log.critical("watchdog: %s; dumping the stacks and exiting with status 70 so that the worker is "
+                         "restarted", why)
+            faulthandler.dump_traceback(all_threads=True)
+            logging.shutdown()
+            self.exit(70)
+            return

@@ -135,15 +135,20 @@ def render() -> bytes:
     return generate_latest(REGISTRY)
 
 
-def observe_lag(consumer, inputs: Iterable) -> None:
+def observe_lag(consumer, inputs: Iterable) -> dict[tuple[str, int], tuple[int, int]]:
     """``traintrace_consumer_lag_records`` of each owned partition of ``inputs``
     (:class:`~streams.worker.positions.InputPartitions`), from the high watermarks Faust's
-    ``consumer`` knows."""
+    ``consumer`` knows; returns (topic, partition) -> (position, lag) for the watchdog."""
+    out: dict[tuple[str, int], tuple[int, int]] = {}
     try:
         for tp in consumer.assignment():
             hw = consumer.highwater(tp)
             for inp in inputs:
                 if tp.topic == inp.topic and tp.partition in inp.owned:
-                    LAG.labels(tp.topic, str(tp.partition)).set(max(0, (hw or 0) - inp.position.get(tp.partition, 0)))
+                    pos = inp.position.get(tp.partition, 0)
+                    lag = max(0, (hw or 0) - pos)
+                    LAG.labels(tp.topic, str(tp.partition)).set(lag)
+                    out[(tp.topic, tp.partition)] = (pos, lag)
     except Exception:  # pragma: no cover - metrics only
         pass
+    return out

@@ -52,6 +52,9 @@ class WorkerSettings:
     commit_interval_s: float = 1.0
     #: Kafka group session timeout: how fast a dead worker's partitions move
     session_timeout_s: float = 10.0
+    #: the watchdog (streams.worker.health): exit 70 when records wait and none was processed for
+    #: this long while every dependency answers, or the event loop stops turning; 0: off
+    watchdog_s: float = 180.0
     #: batching of the agents (Stream.take_events)
     batch_max: int = 2000
     batch_within_s: float = 0.01
@@ -130,6 +133,7 @@ class WorkerSettings:
             commitment_interval_s=get("TRAINTRACE_COMMITMENT_INTERVAL", positive(float, 0.1), 10.0),
             commit_interval_s=get("TRAINTRACE_COMMIT_INTERVAL", positive(float, 0.05), 1.0),
             session_timeout_s=get("TRAINTRACE_SESSION_TIMEOUT", positive(float, 1.0), 10.0),
+            watchdog_s=get("TRAINTRACE_WATCHDOG_SECONDS", positive(float, 0), 180.0),
             loglevel=get("TRAINTRACE_LOGLEVEL", choice("crit", "error", "warn", "info", "debug"), "info"),
             signing_key=signing_key,
             snapshot_every=get("TRAINTRACE_SNAPSHOT_EVERY", positive(int, 0), 20_000),

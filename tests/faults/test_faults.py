@@ -54,8 +54,23 @@ def test_sigstop_the_group_coordinator_for_25_s(case, fault_cluster):
     longer than the workers' session timeout (6 s) and the brokers' (9 s): a GC pause or a
     stalled VM. Every worker rides it out (its timers retry, skip and count, never crash the
     app) and the invariants hold."""
+    from tests.faults.harness import CODEC
+
     c = case("coordinator SIGSTOP 25 s", seed=4).start()
     time.sleep(3)
+    # a job that consumes a checkpoint nobody recorded: its grace period (4 s) runs out during
+    # the pause, so the housekeeping timer asks the input clock for the group's committed offsets
+    # every second while the coordinator is away (what crashed both workers of the issue)
+    ts = int(time.time() * 1000)
+    ghost = [{"type": "JobStarted", "job_id": "ghost", "seq": 0, "incarnation": 0, "ts": ts, "cohort_id": "ghost-c",
+              "base_model": "m", "base_checkpoint_id": None, "config_hash": None},
+             {"type": "CheckpointConsumed", "job_id": "ghost", "seq": 1, "incarnation": 0, "ts": ts + 1,
+              "source_checkpoint_id": "nobody-wrote-this", "step": 1, "mode": "MERGE"}]
+    producer = c.feeder.producer
+    for d in ghost:
+        producer.produce(c.topics.events, key=b"ghost", value=CODEC.encode_event(d))
+    assert producer.flush(30) == 0
+    time.sleep(1)
     node = fault_cluster.coordinator_of(c.app_id)
     leads = [p for p in range(4) if fault_cluster.leader_of(c.topics.events, p) == node]
     c.notes["paused_node_leads_events"] = leads
@@ -65,7 +80,7 @@ def test_sigstop_the_group_coordinator_for_25_s(case, fault_cluster):
         time.sleep(25)
     finally:
         fault_cluster.resume(node)
-    c.finish()
+    c.finish(extra_log=ghost)
 
 
 def test_kill_9_the_active_controller(case, fault_cluster):
