@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import threading
 
 import faust
 from faust.types import TP
@@ -196,4 +198,30 @@ def create_app(settings: WorkerSettings) -> faust.App:
             watchdog.start()
 
     views.register(app, referee, ckview, fold.lock, health)
+    _exit_on_crash(app, health)
     return app
+
+
+def _exit_on_crash(app: faust.App, health: Health, grace_s: float = 15.0) -> None:
+    """A crashed Faust app stops its services but may leave the process alive, consuming
+    nothing (seen: "Stopping..." and then silence): no supervisor would restart it. On a crash
+    the worker says dead on /health and, ``grace_s`` later whatever the shutdown did, exits 70
+    (:mod:`streams.worker.supervise`)."""
+    crash = app.crash
+
+    async def crashed(reason: BaseException) -> None:
+        if health.dead is None:
+            health.dead = f"crashed: {reason!r}"
+            log.critical("the worker crashed (%r): exiting with status 70 within %.0f s so that it is restarted",
+                         reason, grace_s)
+
+            def leave() -> None:
+                logging.shutdown()
+                os._exit(70)
+
+            timer = threading.Timer(grace_s, leave)  # a thread: the event loop may be stopping
+            timer.daemon = True
+            timer.start()
+        await crash(reason)
+
+    app.crash = crashed  # type: ignore[method-assign]

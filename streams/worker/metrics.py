@@ -99,6 +99,9 @@ EVICTED = Counter("traintrace_cohorts_left_memory_total", "Settled cohorts that 
 BROUGHT_BACK = Counter("traintrace_cohorts_brought_back_total",
                        "Cohorts out of memory brought back from their snapshot by new input", registry=REGISTRY)
 
+CONTROL_UNVERIFIED = Counter("traintrace_control_unverified_total",
+                             "Records of lineage.control a takeover left out of what is published: not signed "
+                             "by this processor's key (forged, or an operator's release)", registry=REGISTRY)
 TIMER_FAILURES = Counter("traintrace_timer_rounds_failed_total",
                          "Rounds of the worker's timers that failed and were skipped (the next round tries "
                          "again; retriable broker errors past their deadline, mostly)", ["timer", "error"],

@@ -42,6 +42,7 @@ EXPECTED = {
     "traintrace_snapshots_refused_total": "counter",
     "traintrace_cohorts_left_memory_total": "counter",
     "traintrace_cohorts_brought_back_total": "counter",
+    "traintrace_control_unverified_total": "counter",
     "traintrace_timer_rounds_failed_total": "counter",
     HISTOGRAM: "histogram",
 }

@@ -298,3 +298,37 @@ def test_audit_names_every_forged_control_record(tmp_path):
     assert all(first["command_id"][:12] in f.what for f in sig)
     # without trusted keys: no signature finding
     assert not [f for f in audit(log).check("commands").failures if f.field == "signature"]
+
+
+# -- a takeover verifies what it reads back (issue 23) ----------------------------------------------
+
+
+def test_a_takeover_counts_only_records_signed_by_the_processor(tmp_path, monkeypatch):
+    """A forged record on lineage.control (unsigned, or signed by another key) must not make a
+    new owner skip a genuine command: streams.worker.published counts a record as published
+    only when it verifies under the processor's own key."""
+    from types import SimpleNamespace
+
+    from streams.kafka.topics import TopicNames
+    from streams.signing import write_keypair
+    from streams.worker import published
+
+    pairs = list(routed_events(load_lines("14_pbt_cohort")))
+    genuine = [e for e in run(Referee(control_signer=ControlSigner(PROC)), pairs) if e.topic == "control"]
+    forged_unsigned = {**genuine[0].value, "command_id": "f" * 64, "signature": None, "key_id": None}
+    forged_other = sign_control(genuine[1].record, {**genuine[1].value, "command_id": "e" * 64}, OTHER)
+    values = [CODEC.encode_record(genuine[0].record, forged_unsigned),
+              CODEC.encode_record(genuine[1].record, forged_other),
+              *[CODEC.encode_record(e.record, e.value) for e in genuine]]
+    monkeypatch.setattr(published.reader, "read_to_end",
+                        lambda *a, **k: iter(SimpleNamespace(value=v) for v in values))
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    write_keypair(keys, key=PROC)
+    settings = SimpleNamespace(kafka="x:1", bootstrap="x:1", topics=TopicNames(), signing_key=keys / "processor.key")
+    ids, _last = published.read_published_commands(settings, CODEC)
+    assert {e.value["command_id"] for e in genuine} <= ids
+    assert "f" * 64 not in ids and "e" * 64 not in ids
+    settings.signing_key = None  # an unsigned (demo) worker takes what is there, as before
+    ids, _last = published.read_published_commands(settings, CODEC)
+    assert "f" * 64 in ids and "e" * 64 in ids
