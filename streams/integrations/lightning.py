@@ -296,14 +296,7 @@ class TraintraceCallback(pl.Callback, Outcomes):
 
     def _usable(self, checkpoint_id: str) -> str | None:
         """Why ``checkpoint_id`` cannot be restored (None: it can)."""
-        try:
-            p = self.store.locate(checkpoint_id)
-        except IntegrationError:
-            return "deleted (save_top_k rotated it away?)"
-        want = self.written.get(checkpoint_id)
-        if want is not None and hash_file(p) != want:
-            return f"{p} changed since it was recorded"
-        return None
+        return self.store.unusable(checkpoint_id, self.written.get(checkpoint_id))
 
     # -- consuming a peer's checkpoint ------------------------------------------------------------
 

@@ -127,9 +127,13 @@ def _safe(default: Any = None) -> Callable:
                 self.errors += 1
                 log.exception("traintrace: %s failed (%s): the experiment goes on", fn.__name__, exc)
                 fallback = getattr(super(LineagePBT, self), fn.__name__, None)
-                if fallback is not None and default is _PLAIN_PBT:
+                if fallback is None or default is not _PLAIN_PBT:
+                    return default
+                try:  # PBT's own bookkeeping still runs (it may have failed inside it: then not again)
                     return fallback(*args, **kwargs)
-                return default
+                except Exception:  # noqa: BLE001
+                    log.exception("traintrace: PopulationBasedTraining.%s failed too", fn.__name__)
+                    return None
         return hook
     return wrap
 
@@ -287,7 +291,7 @@ class LineagePBT(PopulationBasedTraining):
             return TrialScheduler.NOOP
         return super().on_trial_result(tune_controller, trial, result)
 
-    @_safe(None)
+    @_safe(_PLAIN_PBT)
     def on_trial_complete(self, tune_controller: Any, trial: Trial, result: dict) -> None:
         job = self.jobs.get(trial.trial_id)
         if job is not None and not job.client.is_finished:
@@ -295,14 +299,14 @@ class LineagePBT(PopulationBasedTraining):
             self._finish(job, "SUCCEEDED")
         super().on_trial_complete(tune_controller, trial, result)
 
-    @_safe(None)
+    @_safe(_PLAIN_PBT)
     def on_trial_error(self, tune_controller: Any, trial: Trial) -> None:
         job = self.jobs.get(trial.trial_id)
         if job is not None and not job.client.is_finished:
             self._finish(job, "FAILED")
         super().on_trial_error(tune_controller, trial)
 
-    @_safe(None)
+    @_safe(_PLAIN_PBT)
     def on_trial_remove(self, tune_controller: Any, trial: Trial) -> None:
         job = self.jobs.get(trial.trial_id)
         if job is not None and not job.client.is_finished:

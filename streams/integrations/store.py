@@ -11,6 +11,7 @@ import os
 import re
 from pathlib import Path
 
+from streams.client.hashing import hash_directory, hash_file
 from streams.integrations.errors import IntegrationError
 
 def checkpoint_id_of(job_id: str, step: int, incarnation: int) -> str:
@@ -54,3 +55,18 @@ class CheckpointStore:
                 return p
         raise IntegrationError(f"checkpoint {checkpoint_id!r} is not in {self.root} "
                                f"(neither {checkpoint_id}.pt nor {checkpoint_id}/)")
+
+    def unusable(self, checkpoint_id: str, content_hash: str | None) -> str | None:
+        """Why ``checkpoint_id`` cannot be restored from the store (None: it can): not there (a
+        rotation deleted it), or no longer the content recorded (``content_hash``, when known)."""
+        try:
+            p = self.locate(checkpoint_id)
+        except IntegrationError:
+            return "deleted (rotated away?)"
+        if content_hash is None:
+            return None
+        try:
+            got = hash_directory(p) if p.is_dir() else hash_file(p)
+        except OSError as exc:
+            return f"{p} cannot be read: {exc}"
+        return None if got == content_hash else f"{p} changed since it was recorded"

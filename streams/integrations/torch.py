@@ -375,19 +375,7 @@ class TorchLineage(Outcomes):
 
     def _usable(self, checkpoint_id: str) -> str | None:
         """Why ``checkpoint_id`` cannot be restored (None: it can)."""
-        try:
-            p = self.store.locate(checkpoint_id)
-        except IntegrationError:
-            return "deleted"
-        want = self.written.get(checkpoint_id)
-        if want is not None:
-            try:
-                got = hash_directory(p) if p.is_dir() else LoadedContent.of_bytes(p, p.read_bytes()).content_hash
-            except OSError as exc:
-                return f"unreadable: {exc}"
-            if got != want:
-                return f"{p} changed since it was recorded"
-        return None
+        return self.store.unusable(checkpoint_id, self.written.get(checkpoint_id))
 
     # -- state ------------------------------------------------------------------------------------
 

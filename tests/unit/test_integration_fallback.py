@@ -61,3 +61,19 @@ def test_any_non_finite_metric_is_named():
     assert nonfinite_metric(None, None, {"mean_accuracy": float("nan")})[0] == "mean_accuracy"
     assert nonfinite_metric(float("inf"), None, {})[0] == "loss"
     assert nonfinite_metric(1.0, float("nan"), {})[0] == "grad norm"
+
+
+def test_the_store_says_why_a_checkpoint_cannot_be_restored(tmp_path):
+    from streams.client.hashing import hash_directory, hash_file
+    from streams.integrations.store import CheckpointStore
+
+    store = CheckpointStore(tmp_path)
+    (tmp_path / "A-10.pt").write_bytes(b"weights")
+    (tmp_path / "A-20").mkdir()
+    (tmp_path / "A-20" / "model.safetensors").write_bytes(b"w")
+    h10, h20 = hash_file(tmp_path / "A-10.pt"), hash_directory(tmp_path / "A-20")
+    assert store.unusable("A-10", h10) is None and store.unusable("A-20", h20) is None
+    assert store.unusable("A-10", None) is None
+    assert "deleted" in store.unusable("A-30", h10)
+    (tmp_path / "A-10.pt").write_bytes(b"other")
+    assert "changed" in store.unusable("A-10", h10)
