@@ -96,6 +96,7 @@ CASES = {
     "snapshot_every": ("500", lambda s: s.snapshot_every, 500),
     "snapshot_interval": ("2.5", lambda s: s.snapshot_interval_s, 2.5),
     "evict_settled": ("true", lambda s: s.evict_settled, True),
+    "watchdog_seconds": ("30", lambda s: s.watchdog_s, 30.0),
 }
 DEFAULTS = {  # what the worker makes of an option's default
     "data_dir": Path(".traintrace/worker-6066"), "store": "rocksdb://", "grace_seconds": 30000,
@@ -128,7 +129,7 @@ def test_settings_from_env_match_traintrace_worker(monkeypatch):
             assert get(WorkerSettings.from_env()) == expected, name
     # every option that is a setting is covered (the others only act at start-up)
     assert set(options) - set(CASES) - ELSEWHERE <= {"reset_data_dir", "retention_ms", "allow_finite_retention",
-                                                     "allow_under_replicated"}
+                                                     "allow_under_replicated", "supervise"}
 
 
 def test_settings_from_env_name_a_bad_variable(monkeypatch):
