@@ -7,7 +7,7 @@
     client = JobClient(job_id, cohort_id, base_model, *, journal_dir, bootstrap=None, topics=None,
                        worker_url=None, gate="refuse", on_rollback=None, on_halt=None,
                        on_release=None, on_quarantine=None, buffer_max=100_000, buffer_timeout=None,
-                       gate_timeout=2.0, gate_unknown_wait=0.0, codec=None, fsync=True,
+                       gate_timeout=2.0, gate_unknown_wait=10.0, codec=None, fsync=True,
                        producer_overrides=None, follow_control=True, trusted_keys=None,
                        on_rejected=None, job_key=None, seal_every=64, seal_ms=1000)
     # job_key: Ed25519PrivateKey | PEM path | True | False | None ($TRAINTRACE_JOB_KEY, else a key

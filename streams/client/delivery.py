@@ -53,6 +53,7 @@ from typing import Any, Callable, Mapping
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from streams.client.errors import ClientError
+from streams.kafka.security import kafka_error_of
 from streams.kafka.settings import KafkaSettings
 
 log = logging.getLogger("traintrace.client")
@@ -69,6 +70,8 @@ class Delivery:
         self.key = key.encode("utf-8")
         self.buffer_max = max(1, int(buffer_max))
         self.retry_backoff = retry_backoff
+        #: what librdkafka only logs: a wrong security.protocol (the watch is the producer's logger)
+        self.watch = kafka.error_watch(on_failure=self._watched)
         self.conf = kafka.producer_config(**{
             "message.timeout.ms": 0,                      # never expire: wait out any outage
             # an error that could leave a gap is fatal instead: what is on the broker is always a
@@ -78,6 +81,7 @@ class Delivery:
             "queue.buffering.max.kbytes": 2_097_151,
             "reconnect.backoff.max.ms": 2000,
             "error_cb": self._on_error,
+            "logger": self.watch,
             **dict(overrides or {}),
         })
         self.on_ack = on_ack
@@ -243,6 +247,7 @@ class Delivery:
                 self._headers.pop(seq, None)
                 self.down_since = None
                 self.refused = None
+                self.watch.reset()
                 self._cond.notify_all()
             else:
                 self._refusal(err, "WRITE")
@@ -273,21 +278,28 @@ class Delivery:
         self._resend_at = time.monotonic() + self.retry_backoff
 
     def _refusal(self, err: KafkaError, operation: str) -> None:
-        """Keep the cluster's refusal of ``err`` (if it is one) and wake the waiting caller."""
-        # a cluster-level denial (no IDEMPOTENT_WRITE) names its own resource and operation
-        where = {} if err.code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED else {
-            "operation": operation, "resource": self.topic}
-        refused = self.kafka.refusal(err, **where)
+        """Keep the cluster's refusal of ``err`` (if it is one) and wake the waiting caller (a
+        denial of the cluster, no IDEMPOTENT_WRITE, names its own resource and operation)."""
+        refused = self.kafka.refusal(err, operation=operation, resource=self.topic)
         if refused is not None:
-            if self.refused is None:
-                log.error("traintrace client: %s", refused)
-            self.refused = refused
-            with self._cond:
-                self._cond.notify_all()
+            self._keep_refusal(refused)
+
+    def _watched(self, refused: Exception) -> None:
+        """The watch's failure: the producer's log says the client speaks another protocol."""
+        self._keep_refusal(refused)
+        self.last_error = str(refused)
+
+    def _keep_refusal(self, refused: Exception) -> None:
+        if self.refused is None:
+            log.error("traintrace client: %s", refused)
+        self.refused = refused
+        with self._cond:
+            self._cond.notify_all()
 
     def _on_error(self, err: KafkaError) -> None:
-        self.last_error = err.str()
         self._refusal(err, "WRITE")
+        # the cause, while the cluster refuses this client, rather than "1/1 brokers are down"
+        self.last_error = err.str() if self.refused is None else str(self.refused)
         if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT) and self.down_since is None:
             self.down_since = time.time()
         if err.fatal():
@@ -302,13 +314,15 @@ class Delivery:
                 producer = self._producer
             try:
                 producer.poll(0.1)
-            except KafkaException as exc:  # librdkafka raises a fatal error (e.g. a gap-less stop) here
-                err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            except Exception as exc:  # librdkafka raises a fatal error (a gap-less stop, no IDEMPOTENT_WRITE)
+                # here: a KafkaException, or a SystemError of it when a delivery report ran meanwhile
+                err = kafka_error_of(exc)
                 if err is not None:
                     self._on_error(err)
-                else:  # pragma: no cover
+                if err is None or (not isinstance(exc, KafkaException) and not err.fatal()):
+                    # a delivery report may have been lost with it: send everything unacked again
                     with self._cond:
-                        self._fail(f"fatal producer error: {exc}", fatal=True)
+                        self._fail(f"fatal producer error: {exc!r}", fatal=True)
             with self._cond:
                 if self._resend and time.monotonic() >= self._resend_at and len(self._producer) == 0:
                     self._do_resend()

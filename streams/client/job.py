@@ -59,7 +59,10 @@ What it guarantees:
   counted (``stats()["commands_rejected"]``), kept in :attr:`rejected_commands` and passed to
   ``on_rejected(cmd, reason)``. (The job's principal writes only ``lineage.events``, so it
   raises no ``Alert`` record itself.) Without a keyring every command is obeyed, as in the local
-  demo, and the client warns once, loudly, that control is unauthenticated.
+  demo, and the client warns once, loudly, that control is unauthenticated — on a local
+  PLAINTEXT broker only: connected with SASL or TLS (``security.protocol`` not PLAINTEXT), a
+  client without a keyring refuses to start (:class:`ClientError`) unless told
+  ``allow_unsigned_control=True`` (or ``$TRAINTRACE_ALLOW_UNSIGNED_CONTROL=1``).
 - **Sealed events** (:mod:`streams.client.sealing`, SPEC revision 3): only the job can extend
   its record. The job has an Ed25519 key (``job_key``: a key, a PEM path, or
   ``$TRAINTRACE_JOB_KEY``; by default one generated on the first start and kept in
@@ -119,6 +122,8 @@ from streams.signing import TRUSTED_KEYS_ENV, SigningError, TrustedKeys, check_c
 
 log = logging.getLogger("traintrace.client")
 _warned_unauthenticated = False
+#: a job client on a secured cluster runs without a keyring only when told (``allow_unsigned_control``)
+ALLOW_UNSIGNED_ENV = "TRAINTRACE_ALLOW_UNSIGNED_CONTROL"
 #: rejected commands kept for :attr:`JobClient.rejected_commands` (the count has them all)
 MAX_REJECTED_KEPT = 1000
 
@@ -129,13 +134,30 @@ Callback = Callable[[ControlCommand], None]
 RejectedCallback = Callable[[ControlCommand, str], None]
 
 
-def _trusted_keys(trusted_keys: Any, follow_control: bool) -> TrustedKeys | None:
+def _allow_unsigned(allow_unsigned_control: bool | None) -> bool:
+    """``allow_unsigned_control`` given, else ``$TRAINTRACE_ALLOW_UNSIGNED_CONTROL`` (1, true, yes)."""
+    if allow_unsigned_control is not None:
+        return bool(allow_unsigned_control)
+    return os.environ.get(ALLOW_UNSIGNED_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _trusted_keys(trusted_keys: Any, follow_control: bool, kafka: KafkaSettings | None = None,
+                  allow_unsigned_control: bool | None = None) -> TrustedKeys | None:
     """The keyring control is verified with: given, or ``$TRAINTRACE_TRUSTED_KEYS``; None (with
-    a loud warning, once per process) when there is none."""
+    a loud warning, once per process) when there is none. On a secured cluster (SASL or TLS)
+    none is a :class:`ClientError` unless unsigned control is allowed: a job there is not a
+    local demo, and would obey a forged command."""
     global _warned_unauthenticated
     if trusted_keys is None:
         trusted_keys = os.environ.get(TRUSTED_KEYS_ENV) or None
     if trusted_keys is None:
+        secured = kafka is not None and kafka.protocol != "PLAINTEXT"
+        if follow_control and secured and not _allow_unsigned(allow_unsigned_control):
+            raise ClientError(
+                f"no trusted keys on a {kafka.protocol} cluster: this job would obey any RollbackCommand/"
+                f"HaltCommand anyone writes to the control topic; pass trusted_keys= (or set "
+                f"{TRUSTED_KEYS_ENV}) to the keyring of the processor's and operators' public keys, or "
+                f"allow_unsigned_control=True ({ALLOW_UNSIGNED_ENV}=1) to run unauthenticated anyway")
         if follow_control and not _warned_unauthenticated:
             _warned_unauthenticated = True
             log.warning("traintrace client: NO TRUSTED KEYS — control is UNAUTHENTICATED: this job obeys any "
@@ -185,8 +207,9 @@ class JobClient:
     :param buffer_max: events kept unacknowledged while Kafka is unreachable before emitting
         blocks; ``buffer_timeout``: how long it blocks before :class:`ClientError` (None: no limit).
     :param gate_timeout: seconds per HTTP request to the worker; ``gate_unknown_wait``: how long
-        to keep asking while the worker says ``unknown`` (a checkpoint written a moment ago may
-        not be folded yet).
+        to keep asking while the worker says ``unknown`` (default 10 s: a checkpoint written a
+        moment ago is not folded yet while the worker lags, and refusing it would refuse e.g. every
+        PBT exploit of a fresh checkpoint on a loaded cluster; 0: ask once).
     :param fsync: the journal is fsynced before an event is handed to the producer (default; one
         fsync in a background thread for every event written meanwhile: group commit, see
         :mod:`streams.client.delivery`); turn off only for tests/benchmarks.
@@ -195,6 +218,8 @@ class JobClient:
     :param trusted_keys: the keyring control records must be signed by (a directory, a file, or
         a loaded :class:`~streams.signing.TrustedKeys`; default ``$TRAINTRACE_TRUSTED_KEYS``);
         ``on_rejected(cmd, reason)`` is called for each command refused for its signature.
+        Connected with SASL or TLS, a client without one refuses to start (:class:`ClientError`)
+        unless ``allow_unsigned_control=True`` (default ``$TRAINTRACE_ALLOW_UNSIGNED_CONTROL=1``).
     :param job_key: the job's sealing key (module doc, "Sealed events"): an
         ``Ed25519PrivateKey``, a path to a PEM private key, ``True`` (the key kept in
         ``journal_dir``, generated on the first start), ``False`` (no sealing), or None (default:
@@ -221,21 +246,22 @@ class JobClient:
         buffer_max: int = 100_000,
         buffer_timeout: float | None = None,
         gate_timeout: float = 2.0,
-        gate_unknown_wait: float = 0.0,
+        gate_unknown_wait: float = 10.0,
         codec: Codec | None = None,
         fsync: bool = True,
         producer_overrides: Mapping[str, Any] | None = None,
         follow_control: bool = True,
         trusted_keys: Any = None,
+        allow_unsigned_control: bool | None = None,
         on_rejected: RejectedCallback | None = None,
         job_key: Any = None,
         seal_every: int = SEAL_EVERY,
         seal_ms: float = SEAL_MS,
     ) -> None:
         _check_arguments(job_id, cohort_id, base_model, gate, buffer_max)
-        self.trusted_keys = _trusted_keys(trusted_keys, follow_control)
-        self.on_rejected = on_rejected
         self.kafka = _kafka_settings(bootstrap)
+        self.trusted_keys = _trusted_keys(trusted_keys, follow_control, self.kafka, allow_unsigned_control)
+        self.on_rejected = on_rejected
         self.job_id = job_id
         self.cohort_id = cohort_id
         self.base_model = base_model
@@ -389,6 +415,9 @@ class JobClient:
             "resends": d.resends,
             "kafka_down_since": d.down_since,
             "last_delivery_error": d.last_error,
+            # the cluster's refusal of this client in one line ("... authentication failed ...",
+            # a denied WRITE, a wrong security.protocol), until a delivery gets through
+            "kafka_refused": str(d.refused) if d.refused is not None else None,
             "control_caught_up": bool(f and f.caught_up.is_set()),
             "control_records": f.records_seen if f else 0,
             "control_error": f.last_error if f else None,

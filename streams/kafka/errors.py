@@ -23,3 +23,8 @@ class KafkaTlsError(KafkaSecurityError):
 
 class KafkaAuthorizationError(KafkaSecurityError):
     """The broker denied an operation (an ACL is missing): principal, resource, operation."""
+
+
+class KafkaProtocolError(KafkaSecurityError):
+    """The client and the listener speak different protocols (PLAINTEXT against TLS, TLS
+    against PLAINTEXT, no SASL login where the listener wants one): no retry can help."""

@@ -138,6 +138,7 @@ class _Consumer:
             "allow.auto.create.topics": False,
             "enable.partition.eof": True,
             "error_cb": self._on_error,
+            "logger": self.watch,  # reads what librdkafka only logs: a wrong security.protocol
             **overrides,
         })
 
@@ -172,18 +173,24 @@ def _partitions(c: _Consumer, bootstrap: str, topic: str, timeout: float) -> lis
                                       timeout=min(1.0, max(0.1, deadline - time.monotonic())))
             break
         except KafkaException as exc:
-            consumer.poll(0)  # serves error_cb
+            consumer.poll(0)  # serves error_cb and the log
             c.check()
-            if c.down is not None:
+            if time.monotonic() >= deadline and c.watch.suspect is not None:
+                raise _as_read_error(c.watch.suspect) from exc
+            # every broker down: unless the connections failed as a wrong security.protocol
+            # does, which the next rounds confirm (ErrorWatch.MISMATCH_REPEATS)
+            if c.down is not None and c.watch.suspect is None:
                 raise BrokerUnreachable(f"cannot reach Kafka at {bootstrap}: {c.down}") from exc
             if time.monotonic() >= deadline:
-                raise BrokerUnreachable(f"cannot reach Kafka at {bootstrap}: {_text(exc)}") from exc
+                raise BrokerUnreachable(f"cannot reach Kafka at {bootstrap}: {c.down or _text(exc)}") from exc
     meta = md.topics.get(topic)
+    if meta is not None and meta.error is not None and meta.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+        # first: a topic the principal may not DESCRIBE comes without partitions, as if missing
+        c.refused(meta.error, topic, "DESCRIBE")
     if meta is None or (meta.error is not None
                         and meta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART) or not meta.partitions:
         raise TopicNotFound(topic, bootstrap)
     if meta.error is not None:
-        c.refused(meta.error, topic, "DESCRIBE")
         raise ReaderError(f"cannot read topic {topic!r} on {bootstrap}: {meta.error.str()}")
     return sorted(meta.partitions)
 

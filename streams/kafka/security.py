@@ -14,7 +14,12 @@ more; this module adds what that leaves open:
 - :class:`ErrorWatch` and :func:`refusal`: librdkafka reports a failed authentication or TLS
   handshake only to ``error_cb`` and keeps retrying (so a metadata request just times out); a
   client built with the watch fails at once with one line naming the principal, and a denied
-  operation names principal, resource and operation.
+  operation names principal, resource and operation -- the fatal error of an idempotent
+  producer's PID request (no ``IDEMPOTENT_WRITE``) too, even when confluent-kafka raises it as
+  a ``SystemError`` out of ``flush()``;
+- :func:`protocol_mismatch`: a client speaking another protocol than the listener (PLAINTEXT at
+  a TLS listener, TLS at a PLAINTEXT one, no SASL login at a SASL one) says "wrong
+  security.protocol?" instead of "1/1 brokers are down".
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import re
 import ssl
 import time
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -31,6 +36,7 @@ from streams.kafka.errors import (
     KafkaAdapterError,
     KafkaAuthenticationError,
     KafkaAuthorizationError,
+    KafkaProtocolError,
     KafkaTlsError,
 )
 
@@ -168,11 +174,16 @@ _AUTHZ = {
 }
 #: the same denials as librdkafka words them
 _AUTHZ_TEXT = {f"{kind} authorization failed": code for code, kind in _AUTHZ.items()}
+#: what the fatal error of an idempotent producer's PID request says
+_IDEMPOTENCE_TEXT = ("idempotence", "producer id", "initproducerid")
 
 
-def _error_of(exc: BaseException | KafkaError | None) -> KafkaError | None:
-    """The KafkaError of ``exc`` or of its cause (confluent-kafka raises a producer's fatal
-    error from inside a delivery callback, so it can arrive as the cause of another error)."""
+def kafka_error_of(exc: BaseException | KafkaError | None) -> KafkaError | None:
+    """The KafkaError of ``exc`` or of its cause. confluent-kafka raises a producer's fatal error
+    (e.g. ``CLUSTER_AUTHORIZATION_FAILED`` of the idempotent producer's PID request) from
+    ``flush()``/``poll()``, and a delivery callback that runs while it is pending raises
+    ``SystemError: <built-in function ...> returned a result with an exception set``: the fatal
+    error is then the SystemError's cause."""
     for _ in range(4):
         if exc is None:
             return None
@@ -184,37 +195,112 @@ def _error_of(exc: BaseException | KafkaError | None) -> KafkaError | None:
     return None
 
 
+_error_of = kafka_error_of  # the old name
+
+
 def _short(text: str) -> str:
     """librdkafka's text without its ``proto://host:port/id: `` prefix and ``(after N ms in
     state X)`` suffix."""
-    text = re.sub(r"^\w+://\S+?/(?:bootstrap|\d+): ", "", text.strip())
+    text = re.sub(r"^\[thrd:[^\]]*\]: ", "", text.strip())  # a log line's thread
+    text = re.sub(r"^\w+://\S+?/(?:bootstrap|\d+): ", "", text)
+    text = re.sub(r"^[\w.-]+:\d+/(?:bootstrap|\d+): ", "", text)
     return re.sub(r"\s*\(after \d+ms in state \w+\)\s*$", "", text)
+
+
+def _protocol(props: Mapping[str, str]) -> str:
+    return props.get("security.protocol", "PLAINTEXT").upper()
+
+
+# a TLS client at a listener without TLS: librdkafka says so itself (or OpenSSL sees no TLS record)
+_TLS_AT_PLAIN = re.compile(r"connecting to a PLAINTEXT broker listener\?|wrong version number", re.I)
+# a client without TLS at a TLS listener: the broker hangs up on its first request (ApiVersion)
+_PLAIN_AT_TLS = re.compile(r"incorrect security\.protocol|Disconnected while requesting ApiVersion|"
+                           r"closed by peer.*in state APIVERSION_QUERY\)", re.I)
+# a client without SASL at a SASL listener: the broker hangs up on its first request after
+# ApiVersion (so right after the connection is up)
+_NO_SASL = re.compile(r"closed by peer.*\(after (\d+)ms in state UP\)", re.I)
+#: a hang-up this soon after the connection is up is the listener refusing the request
+_NO_SASL_MS = 1000
+_CONFIG_VARS = "security.protocol (KAFKA_SECURITY_PROTOCOL)"
+
+
+def protocol_mismatch(text: str, props: Mapping[str, str], bootstrap: str) -> KafkaProtocolError | None:
+    """The one-line error of a client speaking another protocol than the listener, as a
+    librdkafka error or log ``text`` shows it (None: it does not). Each sign on its own is only
+    likely (a broker going down can close one connection early); :class:`ErrorWatch` waits for
+    it to repeat."""
+    protocol = _protocol(props)
+    tls, sasl = protocol.endswith("SSL"), protocol.startswith("SASL")
+    if tls and _TLS_AT_PLAIN.search(text):
+        return KafkaProtocolError(
+            f"TLS with Kafka at {bootstrap} failed: wrong security.protocol? the listener speaks PLAINTEXT "
+            f"or SASL_PLAINTEXT, this client {protocol} ({_short(text)}); set {_CONFIG_VARS} to the listener's, "
+            "or use the broker's TLS listener")
+    if not tls and _PLAIN_AT_TLS.search(text):
+        return KafkaProtocolError(
+            f"Kafka at {bootstrap} hangs up on this {protocol} client's first request: wrong security.protocol? "
+            f"the listener speaks TLS (SSL or SASL_SSL); set {_CONFIG_VARS} and ssl.ca.location "
+            "(KAFKA_SSL_CA_LOCATION), and for SASL_SSL the sasl.* settings")
+    found = _NO_SASL.search(text)
+    if not sasl and found and int(found.group(1)) < _NO_SASL_MS:
+        wanted = "SASL_SSL" if tls else "SASL_PLAINTEXT"
+        return KafkaProtocolError(
+            f"Kafka at {bootstrap} hangs up on this {protocol} client right after it connects: wrong "
+            f"security.protocol? the listener speaks {wanted} (it wants a SASL login); set "
+            f"security.protocol={wanted} and sasl.mechanism / sasl.username / sasl.password "
+            "(KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_*)")
+    return None
+
+
+def _denied(code: int | None, text: str, operation: str, resource: str, props: Mapping[str, str]) -> str:
+    """What was denied: ``OPERATION on KIND RESOURCE``, and why it was needed."""
+    kind = _AUTHZ.get(code, "resource")  # type: ignore[arg-type]
+    low = text.lower()
+    if kind == "cluster" and any(t in low for t in _IDEMPOTENCE_TEXT):
+        # the idempotent producer's PID request: every producer of traintrace needs it
+        why = f", which an idempotent producer needs to {operation} topic {resource}" if resource and operation else (
+            ", which every idempotent producer needs")
+        return f"IDEMPOTENT_WRITE on cluster kafka-cluster{why}"
+    if kind == "cluster" and resource and not resource.startswith("kafka-cluster"):
+        return f"{operation or 'the operation'} on cluster kafka-cluster (to reach topic {resource})"
+    if kind == "cluster" and not resource:
+        return f"{operation or 'the operation'} on cluster kafka-cluster"
+    if kind == "transactional id":
+        tid = props.get("transactional.id")
+        name = f"transactional id {tid}" if tid else "the producer's transactional id"
+        why = f" (to {operation} topic {resource})" if resource and operation else ""
+        return f"WRITE on {name}{why}"
+    if resource:
+        return f"{operation} on {kind} {resource}".strip()
+    return operation or "the operation"
 
 
 def refusal(err: BaseException | KafkaError, props: Mapping[str, str], bootstrap: str, *,
             operation: str = "", resource: str = "") -> KafkaAdapterError | None:
-    """The one-line error of a refused authentication, TLS handshake or operation, or None when
-    ``err`` is none of these. Kafka does not name the principal; we know it from ``props``."""
-    error = _error_of(err)
-    text = _short(error.str() if error is not None else str(err))
+    """The one-line error of a refused authentication, TLS handshake, protocol or operation, or
+    None when ``err`` is none of these. Kafka does not name the principal; we know it from
+    ``props``. ``err`` may be a producer's fatal error, or an error whose cause it is
+    (:func:`kafka_error_of`). ``operation``/``resource`` say what the client was doing
+    (``WRITE``, a topic); a denial of the cluster or a transactional id names its own."""
+    error = kafka_error_of(err)
+    raw = error.str() if error is not None else str(err)
+    text = _short(raw)
     who = principal(props)
     code = error.code() if error is not None else None
     if code not in _AUTHZ:
         # a producer's fatal error (_FATAL, _GAPLESS_GUARANTEE) carries the denial in its text only
         code = next((c for phrase, c in _AUTHZ_TEXT.items() if phrase in text.lower()), code)
     if code in _AUTHZ or "AUTHORIZATION_FAILED" in text or "not authorized" in text.lower():
-        kind = _AUTHZ.get(code, "resource")
-        if kind == "cluster" and not resource:
-            resource = "kafka-cluster"
-            operation = operation or ("IDEMPOTENT_WRITE (a producer)" if "idempotence" in text else "")
-        what = f"{operation} on {kind} {resource}".strip() if resource else (operation or "the operation")
         return KafkaAuthorizationError(
-            f"Kafka at {bootstrap} denied {who} {what} ({text}); use the credentials of a role allowed "
-            "to, or grant it (`traintrace acl --apply`)")
+            f"Kafka at {bootstrap} denied {who} {_denied(code, text, operation, resource, props)} ({text}); use "
+            "the credentials of a role allowed to, or grant it (`traintrace acl --apply`)")
     if code in _AUTHN or "SASL authentication" in text or "Authentication failed" in text:
         return KafkaAuthenticationError(
             f"Kafka at {bootstrap} rejected {who}: authentication failed ({text}); check "
             "sasl.username / sasl.password (KAFKA_SASL_USERNAME / KAFKA_SASL_PASSWORD) and sasl.mechanism")
+    mismatch = protocol_mismatch(raw, props, bootstrap) if _TLS_AT_PLAIN.search(raw) else None
+    if mismatch is not None:  # only librdkafka's own word for it: the others need repeating (ErrorWatch)
+        return mismatch
     if code == KafkaError._SSL or "SSL handshake failed" in text or "certificate verify failed" in text:
         return KafkaTlsError(
             f"TLS with Kafka at {bootstrap} failed for {who} ({text}); check ssl.ca.location "
@@ -223,20 +309,76 @@ def refusal(err: BaseException | KafkaError, props: Mapping[str, str], bootstrap
 
 
 class ErrorWatch:
-    """An ``error_cb`` that keeps the first authentication or TLS failure librdkafka reports
-    (it retries those forever otherwise); :meth:`check` raises it as one line."""
+    """An ``error_cb`` that keeps the first authentication, TLS or protocol failure librdkafka
+    reports (it retries those forever otherwise); :meth:`check` raises it as one line.
 
-    def __init__(self, props: Mapping[str, str], bootstrap: str) -> None:
+    It is also the client's ``logger`` (:meth:`log`, forwarding to ``traintrace.kafka``):
+    librdkafka tells a PLAINTEXT client hung up on by a TLS listener, or a client without SASL by
+    a SASL listener, only in its log, so the watch reads the connection failures there
+    (:func:`protocol_mismatch`). One such line is a suspicion (:attr:`suspect`: a broker going
+    down can close a connection early); :data:`MISMATCH_REPEATS` in a row, with no other kind of
+    failure between, are the failure. ``on_failure(error)`` is called when a failure is kept."""
+
+    #: consecutive connection failures that look like a protocol mismatch before it is one
+    MISMATCH_REPEATS = 3
+    #: ... within this many seconds
+    MISMATCH_WINDOW_S = 30.0
+
+    def __init__(self, props: Mapping[str, str], bootstrap: str,
+                 on_failure: Callable[[KafkaAdapterError], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.props = dict(props)
         self.bootstrap = bootstrap
         self.failure: KafkaAdapterError | None = None
+        #: the KafkaError the failure was made of (None for one read from the log)
+        self.error: KafkaError | None = None
         self.down: str | None = None
+        self.suspect: KafkaAdapterError | None = None
+        self.on_failure = on_failure
+        self._clock = clock
+        self._repeats = 0
+        self._first = 0.0
 
     def __call__(self, err: KafkaError) -> None:
         if err.code() == KafkaError._ALL_BROKERS_DOWN:
             self.down = err.str()
         elif self.failure is None:
-            self.failure = refusal(err, self.props, self.bootstrap)
+            self._keep(refusal(err, self.props, self.bootstrap))
+            if self.failure is not None:
+                self.error = err
+
+    def _keep(self, failure: KafkaAdapterError | None) -> None:
+        if failure is not None and self.failure is None:
+            self.failure = failure
+            if self.on_failure is not None:
+                self.on_failure(failure)
+
+    def log(self, level: int, msg: str, *args: Any, **kwargs: Any) -> None:
+        """librdkafka's log line (``logger.log(level, "%s [%s] %s", facility, client, text)``):
+        forwarded to ``traintrace.kafka``, its connection failures read for a protocol mismatch."""
+        from streams.kafka.settings import client_logger  # settings imports this module
+
+        client_logger.log(level, msg, *args, **kwargs)
+        if len(args) == 3 and args[0] == "FAIL":
+            self.connection_failed(str(args[2]))
+
+    def connection_failed(self, text: str) -> None:
+        """One connection failure of the client (librdkafka's ``FAIL`` line ``text``)."""
+        mismatch = protocol_mismatch(text, self.props, self.bootstrap)
+        if mismatch is None:  # another kind of failure (connection refused, ...): not a mismatch
+            self.suspect, self._repeats = None, 0
+            return
+        now = self._clock()
+        if self.suspect is None or now - self._first > self.MISMATCH_WINDOW_S:
+            self._repeats, self._first = 0, now
+        self.suspect = mismatch
+        self._repeats += 1
+        if self._repeats >= self.MISMATCH_REPEATS:
+            self._keep(mismatch)
+
+    def reset(self) -> None:
+        """Forget the failure (the client got through after all, e.g. a fixed ACL)."""
+        self.failure, self.error, self.suspect, self._repeats = None, None, None, 0
 
     def check(self) -> None:
         if self.failure is not None:

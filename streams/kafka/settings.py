@@ -36,7 +36,7 @@ import logging
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
@@ -171,9 +171,12 @@ class KafkaSettings:
         """The one-line error of a refused authentication, handshake or operation (None: not one)."""
         return security.refusal(err, dict(self.properties), self.bootstrap, operation=operation, resource=resource)
 
-    def error_watch(self) -> security.ErrorWatch:
-        """An ``error_cb`` keeping the first authentication/TLS failure (:class:`~streams.kafka.security.ErrorWatch`)."""
-        return security.ErrorWatch(dict(self.properties), self.bootstrap)
+    def error_watch(self, on_failure: Callable[[KafkaAdapterError], None] | None = None) -> security.ErrorWatch:
+        """An ``error_cb`` keeping the first authentication, TLS or protocol failure
+        (:class:`~streams.kafka.security.ErrorWatch`). A client given it as ``error_cb`` also
+        gets it as its ``logger`` (it forwards to :data:`client_logger`), which is where
+        librdkafka tells a wrong ``security.protocol``."""
+        return security.ErrorWatch(dict(self.properties), self.bootstrap, on_failure)
 
     # ------------------------------------------------------------------ configs
 
@@ -189,15 +192,15 @@ class KafkaSettings:
         return conf
 
     def producer_config(self, **overrides: Any) -> dict[str, Any]:
-        return {**self.common(), **PRODUCER_DEFAULTS, **overrides}
+        return _watched({**self.common(), **PRODUCER_DEFAULTS, **overrides}, overrides)
 
     def consumer_config(self, group_id: str, **overrides: Any) -> dict[str, Any]:
         """A consumer's config. ``group_id``: librdkafka wants one even for ``assign()``; a
         group is only joined by ``subscribe()`` and only committed to explicitly."""
-        return {**self.common(), "group.id": group_id, **CONSUMER_DEFAULTS, **overrides}
+        return _watched({**self.common(), "group.id": group_id, **CONSUMER_DEFAULTS, **overrides}, overrides)
 
     def admin_config(self, **overrides: Any) -> dict[str, Any]:
-        return {**self.common(), **overrides}
+        return _watched({**self.common(), **overrides}, overrides)
 
     # ------------------------------------------------------------------ clients
 
@@ -220,3 +223,12 @@ class KafkaSettings:
         if credentials is not None:
             opts["broker_credentials"] = credentials
         return opts
+
+
+def _watched(conf: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``conf`` whose ``error_cb`` is an :class:`~streams.kafka.security.ErrorWatch` with the
+    watch as its ``logger`` too (unless one was given): it reads the connection failures
+    librdkafka only logs (a wrong ``security.protocol``) and forwards every line."""
+    if isinstance(conf.get("error_cb"), security.ErrorWatch) and "logger" not in overrides:
+        conf["logger"] = conf["error_cb"]
+    return conf

@@ -3,7 +3,9 @@
 
 Errors: :class:`~streams.kafka.reader.TopicNotFound` / :class:`~streams.kafka.reader.BrokerUnreachable`
 (before the file is read), :class:`~streams.files.jsonl.JsonlError` (a bad line: file, line,
-field; nothing is published), :class:`~streams.operators.errors.OperatorError` (a delivery failed)."""
+field; nothing is published), :class:`~streams.operators.errors.OperatorError` (a delivery failed),
+:class:`~streams.kafka.errors.KafkaSecurityError` (the cluster refused the write: its one line
+names principal, operation and resource)."""
 
 from __future__ import annotations
 
@@ -15,12 +17,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from streams.codec import Codec, EncodeError
 from streams.core.events import event_to_dict
 from streams.files.jsonl import JsonlError, LineError, open_text, read_events
 from streams.kafka import reader
+from streams.kafka.errors import KafkaAdapterError
+from streams.kafka.security import ErrorWatch, kafka_error_of
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames
 from streams.operators.errors import OperatorError
@@ -119,9 +123,30 @@ def _line_of(path: str, nth: int) -> int | None:
     return None
 
 
-def _producer(kafka: KafkaSettings, timeout: float) -> Producer:
-    """An operator's producer: the settings' idempotent one, giving up after ``timeout``."""
-    return kafka.producer(**{"message.timeout.ms": int(timeout * 1000)})
+def _producer(kafka: KafkaSettings, timeout: float) -> tuple[Producer, ErrorWatch]:
+    """An operator's producer: the settings' idempotent one, giving up after ``timeout``, and
+    the watch keeping the cluster's refusal of it (a login, TLS, the protocol)."""
+    watch = kafka.error_watch()
+    return kafka.producer(**{"message.timeout.ms": int(timeout * 1000), "error_cb": watch}), watch
+
+
+def _not_delivered(kafka: KafkaSettings, watch: ErrorWatch, error: BaseException | KafkaError, topic: str,
+                   what: str) -> Exception:
+    """The one line of a failed produce/flush/delivery: the cluster's refusal (principal,
+    operation, resource: a missing WRITE on ``topic``, the FATAL ``CLUSTER_AUTHORIZATION_FAILED``
+    of the idempotent producer's PID request, a rejected login), else an :class:`OperatorError`
+    saying ``what`` failed. confluent-kafka may raise a producer's fatal error as a
+    ``SystemError`` out of ``flush()`` (a delivery callback ran while it was pending); its cause
+    is the KafkaError (:func:`streams.kafka.security.kafka_error_of`)."""
+    refused = kafka.refusal(error, operation="WRITE", resource=topic)
+    if refused is None and watch.failure is not None:  # what the error callback was told, with the topic
+        refused = (kafka.refusal(watch.error, operation="WRITE", resource=topic) if watch.error is not None
+                   else None) or watch.failure
+    if refused is not None:
+        return refused
+    err = kafka_error_of(error)
+    why = err.str() if err is not None else (str(error) or type(error).__name__)
+    return OperatorError(f"{what} on {kafka.bootstrap}: {why}")
 
 
 def publish_file(path: str, kafka: KafkaSettings | str, topics: TopicNames, codec: Codec | None = None,
@@ -153,15 +178,26 @@ def publish_file(path: str, kafka: KafkaSettings | str, topics: TopicNames, code
 
 def _produce_spool(spool: IO[bytes], count: int, kafka: KafkaSettings, topic: str, timeout: float,
                    progress: ProgressFn | None, headers: list[list[tuple[str, bytes]]]) -> int:
+    producer, watch = _producer(kafka, timeout)
+    try:
+        return _produce_all(spool, count, kafka, producer, watch, topic, timeout, progress, headers)
+    except (OperatorError, KafkaAdapterError):
+        raise
+    except Exception as exc:  # a fatal producer error (KafkaException, or a SystemError of it)
+        raise _not_delivered(kafka, watch, exc, topic, f"cannot produce to {topic!r}") from exc
+
+
+def _produce_all(spool: IO[bytes], count: int, kafka: KafkaSettings, producer: Producer, watch: ErrorWatch,
+                 topic: str, timeout: float, progress: ProgressFn | None,
+                 headers: list[list[tuple[str, bytes]]]) -> int:
     bootstrap = kafka.bootstrap
-    producer = _producer(kafka, timeout)
     delivered = 0
-    errors: list[str] = []
+    errors: list[KafkaError] = []
 
     def on_delivery(err: Any, _msg: Any) -> None:
         nonlocal delivered
         if err is not None:
-            errors.append(err.str() if hasattr(err, "str") else str(err))
+            errors.append(err)
         else:
             delivered += 1
 
@@ -180,20 +216,21 @@ def _produce_spool(spool: IO[bytes], count: int, kafka: KafkaSettings, topic: st
                 break
             except BufferError:  # local queue full: let deliveries drain
                 producer.poll(0.1)
-            except KafkaException as exc:
-                raise OperatorError(f"cannot produce to {topic!r} on {bootstrap}: {exc}") from exc
         produced += 1
         producer.poll(0)
+        if watch.failure is not None:  # refused: every record would be
+            raise watch.failure
         if progress is not None and produced % 5000 == 0:
             progress("publishing", delivered, count)
     deadline = time.monotonic() + timeout + 5
-    remaining = producer.flush(timeout)
-    while remaining > 0 and time.monotonic() < deadline:
+    remaining = producer.flush(min(1.0, timeout))
+    while remaining > 0 and watch.failure is None and time.monotonic() < deadline:
         remaining = producer.flush(1.0)
-    if errors:
-        raise OperatorError(f"delivery to {topic!r} on {bootstrap} failed for "
-                            f"{len(errors)} record(s) ({delivered} of {count} delivered): "
-                            f"{errors[0]}")
+    if errors or watch.failure is not None:
+        failed = _not_delivered(kafka, watch, errors[0] if errors else KafkaException(), topic,
+                                f"delivery to {topic!r} failed for {len(errors)} record(s) ({delivered} of "
+                                f"{count} delivered)")
+        raise failed
     if remaining > 0:
         raise OperatorError(f"{remaining} record(s) to {topic!r} on {bootstrap} were not "
                             f"delivered within {timeout:g}s ({delivered} of {count} delivered)")

@@ -9,7 +9,7 @@ import os
 import time
 from typing import Any, Callable
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 from streams.codec import Codec
 from streams.core.ids import hash_parts
@@ -17,7 +17,7 @@ from streams.kafka import reader
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames
 from streams.operators.errors import OperatorError
-from streams.operators.publish import _producer
+from streams.operators.publish import _not_delivered, _producer
 
 
 def release_command_id(job_id: str, issued_ts: int) -> str:
@@ -44,7 +44,8 @@ def release_job(kafka: KafkaSettings | str, topics: TopicNames, job_id: str, ope
 
     ``detail`` names the operator (``$USER`` by default). ``signer`` (e.g.
     :class:`streams.signing.ControlSigner` of the operator's key) signs the record. Raises :class:`TopicNotFound`,
-    :class:`BrokerUnreachable` or :class:`OperatorError` (delivery failed).
+    :class:`BrokerUnreachable`, :class:`OperatorError` (delivery failed) or
+    :class:`~streams.kafka.errors.KafkaSecurityError` (the cluster refused the write, in one line).
     """
     if not job_id:
         raise ValueError("job_id must not be empty")
@@ -67,20 +68,25 @@ def release_job(kafka: KafkaSettings | str, topics: TopicNames, job_id: str, ope
         record = signer("HaltCommand", record)
     value = codec.encode_record("HaltCommand", record)
     headers = codec.headers.record("HaltCommand")
-    producer = _producer(kafka, timeout)
-    errors: list[str] = []
+    producer, watch = _producer(kafka, timeout)
+    errors: list[KafkaError] = []
 
     def on_delivery(err: Any, _msg: Any) -> None:
         if err is not None:
-            errors.append(err.str() if hasattr(err, "str") else str(err))
+            errors.append(err)
 
+    what = f"the release of {job_id!r} was not delivered to {topic!r}"
     try:
         producer.produce(topic, key=job_id.encode("utf-8"), value=value, headers=headers,
                          on_delivery=on_delivery)
-    except KafkaException as exc:
-        raise OperatorError(f"cannot produce to {topic!r} on {bootstrap}: {exc}") from exc
-    remaining = producer.flush(timeout + 5)
-    if errors or remaining:
-        raise OperatorError(f"the release of {job_id!r} was not delivered to {topic!r} on "
-                            f"{bootstrap}: {errors[0] if errors else 'timed out'}")
+        deadline = time.monotonic() + timeout + 5
+        remaining = producer.flush(1.0)
+        while remaining and not errors and watch.failure is None and time.monotonic() < deadline:
+            remaining = producer.flush(1.0)
+    except Exception as exc:  # a fatal producer error (no IDEMPOTENT_WRITE), maybe as a SystemError
+        raise _not_delivered(kafka, watch, exc, topic, what) from exc
+    if errors or watch.failure is not None:
+        raise _not_delivered(kafka, watch, errors[0] if errors else KafkaException(), topic, what)
+    if remaining:
+        raise OperatorError(f"{what} on {bootstrap}: timed out after {timeout + 5:g}s")
     return {**record, "type": "HaltCommand"}

@@ -40,6 +40,9 @@ class Outbox:
         self.watch = settings.kafka.error_watch()
         self.producer = settings.kafka.producer(**{"linger.ms": 2, "error_cb": self.watch})
         self.errors: list[tuple[KafkaError, str]] = []   # (error, topic) of failed deliveries
+        #: a producer's fatal error raised by produce()/poll() in send(): flush() raises its refusal
+        self.fatal: Exception | None = None
+        self._first_topic: str | None = None  # of the first record since the last flush (for a refusal)
 
     def _cb(self, err, msg) -> None:
         if err is not None:
@@ -52,13 +55,19 @@ class Outbox:
         if headers is None:
             headers = self.headers.for_value(value)
         where = {} if partition is None else {"partition": partition}
-        while True:
-            try:
-                self.producer.produce(topic, key=key, value=value, headers=headers, on_delivery=self._cb, **where)
-                break
-            except BufferError:
-                self.producer.poll(0.05)
-        self.producer.poll(0)
+        self._first_topic = self._first_topic or topic
+        try:
+            while True:
+                try:
+                    self.producer.produce(topic, key=key, value=value, headers=headers, on_delivery=self._cb,
+                                          **where)
+                    break
+                except BufferError:
+                    self.producer.poll(0.05)
+            self.producer.poll(0)
+        except Exception as exc:  # a fatal producer error (no IDEMPOTENT_WRITE: a KafkaException, or the
+            # SystemError of a delivery report run while it was pending): the batch's flush fails with it
+            self.fatal = self.fatal or exc
 
     def emit(self, em: Emission) -> None:
         topic = getattr(self.topics, em.topic)
@@ -80,10 +89,12 @@ class Outbox:
         (:meth:`refused`) when the cluster refused it, else a RuntimeError listing the errors."""
         loop = asyncio.get_running_loop()
         try:
+            if self.fatal is not None:
+                raise self.fatal
             remaining = await loop.run_in_executor(None, self._flush, 30.0)
         except Exception as exc:  # a producer's fatal error (e.g. no IDEMPOTENT_WRITE) is raised here,
             # sometimes as a bare SystemError: the error callback has it then
-            refused = self.kafka.refusal(exc) or self.watch.failure
+            refused = self.kafka.refusal(exc, operation="WRITE", resource=self._first_topic or "") or self.watch.failure
             if refused is None:
                 raise
             raise refused from exc
@@ -93,6 +104,7 @@ class Outbox:
             if refused is not None:
                 raise refused
             raise RuntimeError(f"delivery failed ({remaining} undelivered): {[str(e) for e, _ in errors[:3]]}")
+        self._first_topic = None
 
     def _flush(self, timeout: float) -> int:
         """``producer.flush(timeout)``, cut short by a refused login or TLS handshake (which
@@ -107,9 +119,7 @@ class Outbox:
         """The one-line refusal among ``errors`` or of the error callback (None: no refusal)."""
         for err, topic in errors:
             # a cluster-level denial (no IDEMPOTENT_WRITE) names its own resource and operation
-            where = {} if err.code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED else {
-                "operation": "WRITE", "resource": topic}
-            refusal = self.kafka.refusal(KafkaException(err), **where)
+            refusal = self.kafka.refusal(KafkaException(err), operation="WRITE", resource=topic)
             if refusal is not None:
                 return refusal
         return self.watch.failure

@@ -293,6 +293,7 @@ def test_the_gate_refuses_a_tainted_checkpoint_and_a_wrong_content_load(pipeline
         b.consumed("A-480", 411, "MERGE", load=loader(paths["A-480"]), expected_hash="0" * 64)
 
     # unknown checkpoints and an unreachable worker are refused too
+    b.gate_unknown_wait = 0  # ask once (by default a client asks again for 10 s)
     with pytest.raises(GateRefused, match="unknown"):
         b.consumed("A-999", 420, "MERGE")
     nowhere = clients("N", topics, worker_url=f"http://127.0.0.1:{free_port()}", gate_timeout=0.5)
