@@ -53,7 +53,7 @@ class Swapped(LineagePBT):
         super().__init__(journal_dir=os.environ["TRAINTRACE_EXAMPLE_JOURNALS"],
                          cohort=os.environ.get("TRAINTRACE_EXAMPLE_COHORT"), base_model="ray-example",
                          client_kwargs={"worker_url": os.environ["TRAINTRACE_EXAMPLE_WORKER_URL"],
-                                        "gate_unknown_wait": 5.0},
+                                        "gate_unknown_wait": 30.0},
                          hold_timeout=180, **pbt)
         self.injected: str | None = None
         INSTANCES.append(self)

@@ -81,6 +81,11 @@ def ray_exploits(report: dict) -> list[tuple[str, str]]:
     return sorted((by_tag[a], by_tag[b]) for a, b, *_ in lines)
 
 
+def trial_notes(report: dict) -> dict:
+    """Each trial's refused exploit sources and integration outcomes (for a failure's message)."""
+    return {t: (j["refused"], j["outcomes"]) for t, j in report["jobs"].items() if j["refused"] or j["outcomes"]}
+
+
 def recorded_exploits(events: list[dict]) -> list[tuple[str, str]]:
     written = {e["checkpoint_id"]: e["job_id"] for e in events if e["type"] == "CheckpointWritten"}
     return sorted((e["job_id"], written[e["source_checkpoint_id"]]) for e in events
@@ -103,7 +108,8 @@ def test_rays_own_example_runs_healthy_with_no_plan(lineage_cohort, tmp_path, ex
     progress = [e for e in events if e["type"] == "Progress"]
     assert progress and all(e["loss"] is None for e in progress)  # mean_accuracy is no loss
     pairs = ray_exploits(report)
-    assert pairs, f"Ray's smoke test made no exploit in 3 runs:\n{report['output']}"
+    assert pairs, (f"Ray's smoke test made no exploit in 3 runs ({report['perturbations']} perturbations; "
+                   f"refused, outcomes: {trial_notes(report)}):\n{report['output']}")
     assert recorded_exploits(events) == pairs
     finished = {e["job_id"]: e["status"] for e in events if e["type"] == "JobFinished"}
     assert finished == {j: "SUCCEEDED" for j in report["jobs"]}
@@ -118,7 +124,8 @@ def test_rays_own_example_with_a_nan_rolls_back_the_trial_and_its_exploiters(lin
     run.settle(grace_s=1)
     events = run.events()
     bad = report["injected"]
-    assert bad, f"no trial's iteration-5 checkpoint was exploited before iteration 6:\n{report['output']}"
+    assert bad, (f"no trial's iteration-5 checkpoint was exploited before iteration 6 (refused, outcomes: "
+                 f"{trial_notes(report)}):\n{report['output']}")
     tainted_source = f"{bad}-5"
     exploiters = sorted(j for j, info in report["jobs"].items() if tainted_source in info["consumed"])
     assert exploiters
