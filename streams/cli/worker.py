@@ -66,6 +66,12 @@ if TYPE_CHECKING:
               help="Ed25519 private key (PEM, from `traintrace keygen`) to sign every LineageCommitment and every "
                    "lineage.control record with; unsigned without it (job clients with trusted keys then "
                    "obey nothing). [env TRAINTRACE_SIGNING_KEY]")
+@click.option("--trusted-keys", type=click.Path(exists=True, path_type=Path), envvar="TRAINTRACE_TRUSTED_KEYS",
+              default=None, metavar="DIR|FILE",
+              help="The keyring the job clients verify control with (processor/ and operator/ public keys): "
+                   "every lineage.control record that does not verify under it raises a CONTROL_FORGED alert "
+                   "on lineage.alerts (this worker's own --signing-key is trusted besides); without it forged "
+                   "control is not watched. [env TRAINTRACE_TRUSTED_KEYS]")
 @click.option("--reset-data-dir", is_flag=True, envvar="TRAINTRACE_RESET_DATA_DIR",
               help="Take over a data directory of another app id (the worker's state is in Kafka). "
                    "[env TRAINTRACE_RESET_DATA_DIR]")
@@ -108,7 +114,7 @@ if TYPE_CHECKING:
                    "(Kubernetes, systemd Restart=on-failure restart it themselves). [env TRAINTRACE_SUPERVISE]")
 @core_options
 def worker(bootstrap, kafka_config, topic_prefix, app_id, partitions, data_dir, store, web_port, web_host, grace_seconds, ack_timeout,
-           commitment_interval, commit_interval, session_timeout, loglevel, signing_key, reset_data_dir,
+           commitment_interval, commit_interval, session_timeout, loglevel, signing_key, trusted_keys, reset_data_dir,
            retention_ms, allow_finite_retention, allow_under_replicated, snapshot_every, snapshot_interval,
            evict_settled, watchdog_seconds, supervise, window, spike_factor, taint_margin, require_sealed_events, job_keys) -> None:
     """Run a processor worker: route lineage.events by cohort, fold each cohort through the
@@ -127,6 +133,7 @@ def worker(bootstrap, kafka_config, topic_prefix, app_id, partitions, data_dir, 
 
         sys.exit(run_supervised([sys.executable, "-m", "streams", *sys.argv[1:]]))
     key_note = _key_note(signing_key)  # fail before starting anything when the key is unusable
+    key_note += ", " + _watch_note(trusted_keys)
     if store == "rocksdb":  # the default store: its library comes with the worker extra
         from streams.cli.extras import fail_missing, missing
 
@@ -148,7 +155,7 @@ def worker(bootstrap, kafka_config, topic_prefix, app_id, partitions, data_dir, 
         grace_ms=int(grace_seconds * 1000), ack_timeout_ms=int(ack_timeout * 1000),
         commitment_interval_s=commitment_interval, commit_interval_s=commit_interval,
         session_timeout_s=session_timeout, loglevel=loglevel,
-        signing_key=signing_key, kafka=kafka, snapshot_every=snapshot_every,
+        signing_key=signing_key, trusted_keys=trusted_keys, kafka=kafka, snapshot_every=snapshot_every,
         snapshot_interval_s=snapshot_interval, evict_settled=evict_settled, watchdog_s=watchdog_seconds,
     )
     _prepare_data_dir(settings, reset_data_dir)
@@ -167,6 +174,19 @@ def _key_note(signing_key: Path | None) -> str:
         return f"commitments and control signed by key {CommitmentSigner.from_file(signing_key).key_id}"
     except SigningError as exc:
         fail(str(exc))
+
+
+def _watch_note(trusted_keys: Path | None) -> str:
+    """What the start-up line says about the control sentinel; an unusable keyring fails."""
+    if trusted_keys is None:
+        return "forged control NOT watched (no --trusted-keys)"
+    from streams.signing import SigningError, load_trusted_keys
+
+    try:
+        ring = load_trusted_keys(trusted_keys)
+    except SigningError as exc:
+        fail(f"--trusted-keys {trusted_keys}: {exc}")
+    return f"control verified with {len(ring)} trusted key(s) (a forgery raises CONTROL_FORGED)"
 
 
 def _prepare_topics(kafka: "KafkaSettings", topics: "TopicNames", app_id: str, partitions: int,
@@ -227,12 +247,14 @@ def _prepare_data_dir(settings: "WorkerSettings", reset: bool) -> None:
 def run_worker(settings) -> None:
     import faust
 
+    from streams.kafka.quiet import install as quiet_library_logs
     from streams.worker.faust_app import create_app
     from streams.worker.gctune import tune as tune_gc
 
     os.environ.setdefault("F_DATADIR", str(settings.data_dir))
     tune_gc()
     app = create_app(settings)
+    quiet_library_logs()  # aiokafka's repeats under faults: once per 30 s, counted (streams.kafka.quiet)
     w = faust.Worker(app, loglevel=settings.loglevel, redirect_stdouts=False)
     try:
         w.execute_from_commandline()

@@ -116,6 +116,11 @@ class ControlState:
     undecodable: int = 0
     ignored: int = 0
     undecodable_reasons: Counter[str] = field(default_factory=Counter)
+    #: whether records were verified before the fold (a reader given a trusted keyring), and
+    #: those left out because they did not verify (each a dict: record, job_id, command_id,
+    #: reason, detail, partition, offset)
+    signatures_checked: bool = False
+    unverified: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, name: str, record: Mapping[str, Any]) -> None:
         try:
@@ -128,6 +133,11 @@ class ControlState:
             self.ignored += 1
             return
         self.jobs.setdefault(cmd.job_id, JobControl()).add(cmd)
+
+    def add_unverified(self, row: dict[str, Any]) -> None:
+        """A record left out of the fold: its signature did not verify."""
+        self.records += 1
+        self.unverified.append(row)
 
     def add_undecodable(self, reason: str = "UNDECODABLE") -> None:
         self.records += 1

@@ -3,7 +3,7 @@ its end (the fold itself is :mod:`streams.control`)."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 from streams.codec import Codec, DecodeError, SchemaRegistryUnavailable
 from streams.control.fold import ControlState, fold_control
@@ -11,6 +11,7 @@ from streams.kafka import reader
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames
 from streams.operators.errors import OperatorError
+from streams.signing import check_control
 
 
 def _decoded(messages: Iterable[reader.Message], codec: Codec
@@ -25,10 +26,34 @@ def _decoded(messages: Iterable[reader.Message], codec: Codec
 
 
 def read_control(kafka: KafkaSettings | str, topics: TopicNames, codec: Codec | None = None,
-                 timeout: float = 30.0) -> ControlState:
-    """Read ``topics.control`` to its end and fold it (see :class:`ControlState`)."""
+                 timeout: float = 30.0, trusted: Mapping[str, Any] | None = None) -> ControlState:
+    """Read ``topics.control`` to its end and fold it (see :class:`ControlState`).
+
+    With ``trusted`` (a keyring, :func:`streams.signing.load_trusted_keys`) every record is
+    verified as a job client verifies it (:func:`streams.signing.check_control`) and one that
+    does not verify is left out of the fold, kept in ``state.unverified``: a forged command is
+    never shown as the plan in force. Without it ``state.signatures_checked`` is False."""
     codec = codec or Codec()
-    return fold_control(_decoded(reader.read_to_end(kafka, topics.control, timeout), codec))
+    messages = reader.read_to_end(kafka, topics.control, timeout)
+    if trusted is None:
+        return fold_control(_decoded(messages, codec))
+    state = ControlState(signatures_checked=True)
+    for msg in messages:
+        try:
+            name, record = codec.decode_record(msg.value)
+        except DecodeError as exc:
+            state.add_undecodable(exc.reason)
+            continue
+        except SchemaRegistryUnavailable as exc:
+            raise OperatorError(f"cannot decode {msg.topic!r}: {exc}") from exc
+        check = check_control(name, record, trusted)
+        if not check.ok:
+            state.add_unverified({"record": name, "job_id": record.get("job_id"),
+                                  "command_id": record.get("command_id"), "reason": check.reason,
+                                  "detail": check.detail, "partition": msg.partition, "offset": msg.offset})
+            continue
+        state.add(name, record)
+    return state
 
 
 def effective_plans(kafka: KafkaSettings | str, topics: TopicNames, codec: Codec | None = None,

@@ -49,6 +49,7 @@ from streams.worker.housekeeping import Housekeeping
 from streams.worker.jobmap import JobCohortMap
 from streams.worker.outbox import Outbox
 from streams.worker.recovery import Takeover
+from streams.worker.sentinel import ControlSentinel, sentinel_keyring
 from streams.worker.settings import WorkerSettings
 from streams.worker.snapshots import SnapshotStore
 from streams.worker.stages import FoldStage, RouteStage, StallWatch, die, faust_record
@@ -125,11 +126,14 @@ def create_app(settings: WorkerSettings) -> faust.App:
                         faust_read_offset=lambda topic, p: app.consumer._read_offset.get(TP(topic, p)))
     housekeeping_ = Housekeeping(settings, codec, referee, outbox, clock, fold)
     health = Health()
+    keyring = sentinel_keyring(settings)
+    sentinel = ControlSentinel(settings, codec, keyring, cohort_of=jobmap.get) if keyring is not None else None
     watchdog = Watchdog(health, settings.watchdog_s) if settings.watchdog_s > 0 else None
 
     app.traintrace = {  # for the web views and tests
         "settings": settings, "referee": referee, "router": route.router, "checkpoints": ckview,
         "position": fold.input.position, "route_position": route.input.position, "health": health,
+        "sentinel": sentinel,
     }
 
     @app.on_partitions_revoked.connect
@@ -140,7 +144,8 @@ def create_app(settings: WorkerSettings) -> faust.App:
     async def on_assigned(app_, assigned, **kwargs) -> None:
         await assignment.assigned(assigned)
 
-    app.on_before_shutdown.connect(lambda *a, **kw: assignment.stop((clock.close, stalls.close, snapshots.close)))
+    closers = (clock.close, stalls.close, snapshots.close) + ((sentinel.close,) if sentinel is not None else ())
+    app.on_before_shutdown.connect(lambda *a, **kw: assignment.stop(closers))
 
     # every timer's round is guarded: its exception is counted and told, never a crash of the
     # app (streams.worker.health); the next round tries again
@@ -193,6 +198,8 @@ def create_app(settings: WorkerSettings) -> faust.App:
     @app.task
     async def start_views() -> None:
         ckview.start()
+        if sentinel is not None:
+            sentinel.start()
         if watchdog is not None:
             watchdog.beat()
             watchdog.start()

@@ -102,6 +102,10 @@ BROUGHT_BACK = Counter("traintrace_cohorts_brought_back_total",
 CONTROL_UNVERIFIED = Counter("traintrace_control_unverified_total",
                              "Records of lineage.control a takeover left out of what is published: not signed "
                              "by this processor's key (forged, or an operator's release)", registry=REGISTRY)
+CONTROL_FORGED = Counter("traintrace_control_forged_total",
+                         "Records of lineage.control that did not verify under the trusted keyring (the "
+                         "control sentinel raised a CONTROL_FORGED alert for each), by reason",
+                         ["reason"], registry=REGISTRY)
 TIMER_FAILURES = Counter("traintrace_timer_rounds_failed_total",
                          "Rounds of the worker's timers that failed and were skipped (the next round tries "
                          "again; retriable broker errors past their deadline, mostly)", ["timer", "error"],

@@ -62,6 +62,11 @@ class WorkerSettings:
     #: Ed25519 private key (PEM) the LineageCommitments are signed with; None: unsigned
     #: (``--signing-key`` / ``TRAINTRACE_SIGNING_KEY``; see docs/keys-and-proofs.md)
     signing_key: Path | None = None
+    #: the keyring (a directory as ``traintrace keygen`` lays it out, or one key file) every
+    #: lineage.control record is verified with by the control sentinel (streams.worker.sentinel):
+    #: a record that does not verify raises a CONTROL_FORGED alert; None: not watched
+    #: (``--trusted-keys`` / ``TRAINTRACE_TRUSTED_KEYS``, the job clients' keyring)
+    trusted_keys: Path | None = None
     #: Kafka client id of this worker: ``client.id`` of its confluent-kafka clients and Faust's
     #: ``broker_client_id``; empty: ``traintrace-<host name>-<web port>``
     client_id: str = ""
@@ -136,6 +141,7 @@ class WorkerSettings:
             watchdog_s=get("TRAINTRACE_WATCHDOG_SECONDS", positive(float, 0), 180.0),
             loglevel=get("TRAINTRACE_LOGLEVEL", choice("crit", "error", "warn", "info", "debug"), "info"),
             signing_key=signing_key,
+            trusted_keys=get("TRAINTRACE_TRUSTED_KEYS", Path, None),
             snapshot_every=get("TRAINTRACE_SNAPSHOT_EVERY", positive(int, 0), 20_000),
             snapshot_interval_s=get("TRAINTRACE_SNAPSHOT_INTERVAL", positive(float, 0.1), 60.0),
             evict_settled=get("TRAINTRACE_EVICT_SETTLED", _flag, False),

@@ -16,6 +16,8 @@ import shutil
 import signal
 import time
 
+import pytest
+
 from tests.faults.jobs import assert_one_chain, job_records, run_job
 
 
@@ -92,6 +94,22 @@ def test_kill_9_the_active_controller(case, fault_cluster):
     fault_cluster.kill(controller, signal.SIGKILL)
     time.sleep(4)
     _restart_node(fault_cluster, c, controller)
+    c.finish()
+
+
+@pytest.mark.parametrize("victim", ["leader", "controller"])
+def test_kill_9_during_the_workers_first_rebalance(case, fault_cluster, victim):
+    """Issue 23: a node killed while the workers join their group for the first time (seen once:
+    a worker assigned partitions that never routed a record, alive and silent): the leader of an
+    events partition, or the active controller, killed right after the workers answer /health."""
+    c = case(f"{victim} kill -9 in the first rebalance", seed=7 if victim == "leader" else 8)
+    node = fault_cluster.active_controller() if victim == "controller" else fault_cluster.leader_of(c.topics.events, 2)
+    c.start()
+    c.fault(f"kill -9 node {node} ({'active controller' if victim == 'controller' else 'leads events/2'}) "
+            "during the first rebalance")
+    fault_cluster.kill(node, signal.SIGKILL)
+    time.sleep(4)
+    _restart_node(fault_cluster, c, node)
     c.finish()
 
 

@@ -87,6 +87,7 @@ CASES = {
     "session_timeout": ("6", lambda s: s.session_timeout_s, 6.0),
     "loglevel": ("debug", lambda s: s.loglevel, "debug"),
     "signing_key": ("/tmp/k.pem", lambda s: s.signing_key, Path("/tmp/k.pem")),
+    "trusted_keys": ("/tmp/keys", lambda s: s.trusted_keys, Path("/tmp/keys")),
     "window": ("5", lambda s: s.core.window, 5),
     "spike_factor": ("4.5", lambda s: s.core.spike_factor, 4.5),
     "taint_margin": ("2", lambda s: s.core.taint_margin, 2),
@@ -100,7 +101,7 @@ CASES = {
 }
 DEFAULTS = {  # what the worker makes of an option's default
     "data_dir": Path(".traintrace/worker-6066"), "store": "rocksdb://", "grace_seconds": 30000,
-    "ack_timeout": 300000, "signing_key": None, "topic_prefix": "lineage.events",
+    "ack_timeout": 300000, "signing_key": None, "trusted_keys": None, "topic_prefix": "lineage.events",
     "require_sealed_events": False, "evict_settled": False,
 }
 #: options the settings take from the environment elsewhere: the Kafka client's (KafkaSettings.from_env

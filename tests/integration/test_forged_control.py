@@ -11,7 +11,12 @@ sign only a release), (d) genuinely signed by the processor key, then one field 
 
 The job client (``trusted_keys``: the processor's public key in ``processor/``, an operator key in
 ``operator/``) rejects all eight: no callback runs, ``commands_rejected`` counts them, each with
-its reason. The audit of the topics with the same keyring fails its ``commands`` check naming
+its reason. The operators hear of it (issue 23): the worker, given the same keyring
+(``--trusted-keys``), raises one ``CONTROL_FORGED`` alert on ``lineage.alerts`` per forged record
+(its partition, offset and reason) and counts it in ``traintrace_control_forged_total``; the live
+page (``traintrace ui``) shows the alerts; ``traintrace plans --trusted-keys`` shows no forged
+command in force and lists each as left out, and without a keyring says signatures were not
+checked. The audit of the topics with the same keyring fails its ``commands`` check naming
 each forged record (topic[partition]@offset, command id, reason). Then the real thing still
 works: the worker (started with ``--signing-key``) publishes a signed rollback for the job once it
 diverges, and the client applies it; a command we sign with the processor key is applied too.
@@ -22,7 +27,13 @@ rest the divergence round trip and the wait for quiescence before the audit).
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 import time
+import urllib.request
 import uuid
 
 import pytest
@@ -35,7 +46,11 @@ from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
 from streams.signing import (BAD_SIGNATURE, UNKNOWN_KEY, UNSIGNED, WRONG_ROLE, generate_key, key_id,
                              load_trusted_keys, save_private_key, save_public_key, sign_control)
-from streams.worker.process import WorkerProcess, wait_quiescent
+from click.testing import CliRunner
+
+from streams.cli.main import cli
+from streams.testing.invariants import alert_records
+from streams.worker.process import WorkerProcess, free_port, wait_quiescent
 from tests.integration.waits import until
 
 CODEC = Codec()
@@ -63,7 +78,8 @@ def signed_pipeline(kafka_bootstrap, tmp_path, keys):
     app_id = f"tt-{prefix.rstrip('.')}"
     w = WorkerProcess(kafka_bootstrap, prefix, app_id, tmp_path / "worker", 2,
                       extra_args=["--commit-interval", "0.2", "--grace-seconds", "3", "--loglevel", "warn",
-                                  "--signing-key", str(keys["processor_file"])]).start()
+                                  "--signing-key", str(keys["processor_file"]),
+                                  "--trusted-keys", str(keys["ring"])]).start()
     try:
         w.wait_ready()
         yield topics, app_id, w
@@ -112,7 +128,11 @@ def produce(bootstrap: str, topics: TopicNames, records: list[tuple[str, dict]])
 
 def test_forged_commands_are_not_applied_and_the_audit_names_each(signed_pipeline, kafka_bootstrap, keys,
                                                                    tmp_path):
-    topics, app_id, _worker = signed_pipeline
+    topics, app_id, worker = signed_pipeline
+    ui_port = free_port()
+    ui = subprocess.Popen([sys.executable, "-m", "streams", "ui", "--bootstrap", kafka_bootstrap, "--topic-prefix",
+                           topics.events[: -len("lineage.events")], "--port", str(ui_port)],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     applied: list[ControlCommand] = []
     halts: list[ControlCommand] = []
     rejected: list[tuple[ControlCommand, str]] = []
@@ -145,6 +165,48 @@ def test_forged_commands_are_not_applied_and_the_audit_names_each(signed_pipelin
         assert [(c.command_id, c.outcome) for c, _ in a.rejected_commands] == [(c.command_id, "rejected")
                                                                              for c, _ in rejected]
 
+        # the operators hear of it: one CONTROL_FORGED alert per forged record, counted by the worker
+        def forged_alerts() -> dict[tuple[str, str], dict]:
+            return {(al["details"]["partition"], al["details"]["offset"]): al
+                    for al in alert_records(kafka_bootstrap, topics) if al["kind"] == "CONTROL_FORGED"}
+
+        until(lambda: len(forged_alerts()) >= len(forged), what="a CONTROL_FORGED alert per forged record")
+        alerts = forged_alerts()
+        assert len(alerts) == len(forged)
+        for (name, rec, reason), (part, off) in zip(forged, offsets):
+            al = alerts[(str(part), str(off))]
+            assert al["job_id"] == "A" and al["details"]["command_id"] == rec["command_id"], al
+            assert al["details"]["reason"] == reason and al["details"]["record"] == name, al
+            assert rec["command_id"][:12] in al["message"] and "forged" in al["message"]
+        until(lambda: worker.metric("traintrace_control_forged_total") >= len(forged), what="the worker's count")
+        # the live page shows them
+        def page_alerts() -> list[dict]:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/api/state", timeout=2) as r:
+                    return [x for x in json.loads(r.read())["alerts"] if x["kind"] == "CONTROL_FORGED"]
+            except OSError:
+                return []
+        until(lambda: len(page_alerts()) >= len(forged), what="the live page showing the forged control")
+        # traintrace plans: with the keyring no forged command is in force, each is listed as left out
+        checked = CliRunner().invoke(cli, ["plans", "--json", "--bootstrap", kafka_bootstrap, "--topic-prefix",
+                                           topics.events[: -len("lineage.events")], "--trusted-keys", str(keys["ring"])])
+        assert checked.exit_code == 0, checked.output
+        shown = json.loads(checked.stdout)
+        assert shown["plans"] == [] and shown["halts"] == [], shown
+        assert shown["signatures"]["checked"] is True
+        assert sorted(u["command_id"] for u in shown["signatures"]["unverified"]) == sorted(
+            r["command_id"] for _, r, _ in forged)
+        unchecked = CliRunner().invoke(cli, ["plans", "--json", "--bootstrap", kafka_bootstrap, "--topic-prefix",
+                                             topics.events[: -len("lineage.events")]],
+                                       env={"TRAINTRACE_TRUSTED_KEYS": None})
+        assert unchecked.exit_code == 0, unchecked.output
+        plain = json.loads(unchecked.stdout)
+        assert plain["signatures"] == {"checked": False, "unverified": []}
+        assert [h["job_id"] for h in plain["halts"]] == ["A"]  # the forged halt, shown as unchecked
+        human = CliRunner().invoke(cli, ["plans", "--bootstrap", kafka_bootstrap, "--topic-prefix",
+                                         topics.events[: -len("lineage.events")]], env={"TRAINTRACE_TRUSTED_KEYS": None})
+        assert "signatures NOT checked" in human.stderr
+
         # the genuine path still works: the worker's signed rollback of a real divergence ...
         a.progress(100, 0, float("nan"))
         ck2 = tmp_path / "ck" / "A-100.bin"
@@ -164,6 +226,8 @@ def test_forged_commands_are_not_applied_and_the_audit_names_each(signed_pipelin
         assert a.flush(30) == 0
     finally:
         a.close(10)
+        os.killpg(ui.pid, signal.SIGKILL)
+        ui.wait(10)
 
     # the audit with the trusted keyring names each forged record, and only those
     wait_quiescent(kafka_bootstrap, app_id, topics)

@@ -247,10 +247,11 @@ def test_plans_json_folds_the_control_topic(kafka_bootstrap: str, prefix: str) -
              "quarantined_checkpoint_ids": ["B-560", "B-600"]},
         ],
         "halts": [{"job_id": "D", "reason": "LEDGER_GAP", "detail": "seq 3 missing"}],
+        "signatures": {"checked": False, "unverified": []},
     }
     assert json.loads(res.stdout) == expected
     assert "1 record(s)" in res.stderr and "could not be decoded" in res.stderr
-    assert effective_plans(kafka_bootstrap, topics, CODEC) == expected
+    assert effective_plans(kafka_bootstrap, topics, CODEC) == {k: expected[k] for k in ("plans", "halts")}
     state = read_control(kafka_bootstrap, topics, CODEC)
     assert (state.records, state.undecodable) == (9, 1)
 
@@ -262,7 +263,7 @@ def test_plans_json_folds_the_control_topic(kafka_bootstrap: str, prefix: str) -
 def test_plans_on_an_empty_control_topic(kafka_bootstrap: str, prefix: str) -> None:
     res = run("plans", "--json", "--bootstrap", kafka_bootstrap)
     assert res.exit_code == 0, res.stderr
-    assert json.loads(res.stdout) == {"plans": [], "halts": []}
+    assert json.loads(res.stdout) == {"plans": [], "halts": [], "signatures": {"checked": False, "unverified": []}}
 
 
 def test_release_then_plans_shows_the_job_no_longer_halted(
