@@ -145,11 +145,11 @@ def _unpack(theta: np.ndarray, cfg: TaskConfig) -> tuple[np.ndarray, ...]:
     d, h, c = cfg.n_features, cfg.n_hidden, cfg.n_classes
     if theta.shape != (cfg.n_params,):
         raise ValueError(f"theta has shape {theta.shape}, the model needs ({cfg.n_params},)")
-    i = 0
-    w1 = theta[i:i + d * h].reshape(d, h); i += d * h
-    b1 = theta[i:i + h]; i += h
-    w2 = theta[i:i + h * c].reshape(h, c); i += h * c
-    b2 = theta[i:i + c]
+    at = (0, d * h, d * h + h, d * h + h + h * c, d * h + h + h * c + c)
+    w1 = theta[at[0]:at[1]].reshape(d, h)
+    b1 = theta[at[1]:at[2]]
+    w2 = theta[at[2]:at[3]].reshape(h, c)
+    b2 = theta[at[3]:at[4]]
     return w1, b1, w2, b2
 
 

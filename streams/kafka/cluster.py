@@ -24,7 +24,6 @@ SIGCONT), ``stop_node``/``start_node``, :meth:`LocalCluster.leader_of` and
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re

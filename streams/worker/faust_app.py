@@ -1,6 +1,6 @@
 """The Faust application: two thin agents around the router and the referee.
 
-Flow (see the README for the diagram)::
+Flow (docs/pipeline.md has the diagram)::
 
     lineage.events ──(route agent: decode, validate, job→cohort map)──▶ lineage.by-cohort
        keyed job_id                     │ bad records                        keyed cohort_id

@@ -23,7 +23,6 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4 as CONTENT_TYPE
 
 from streams.codec.errors import DECODE_REASONS
 from streams.core.state import HALT_REASONS

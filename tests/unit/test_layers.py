@@ -1,4 +1,4 @@
-"""The package layering of ``streams/`` (README, "Layout"): a package imports only packages of
+"""The package layering of ``streams/`` (docs/architecture.md, "Layout"): a package imports only packages of
 its own rank or below, never one above it, and the pure packages import no I/O library.
 
 Checked on the source (every ``import``/``from ... import`` anywhere in a module, also inside

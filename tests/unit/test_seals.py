@@ -143,7 +143,7 @@ def test_policy_require_sealed_and_issued_keys():
 def test_a_missing_event_in_the_sealed_run_is_a_ledger_gap():
     lin = Lineage()
     j = Job()
-    start, p1, p2, p3 = j.start(), j.progress(1), j.progress(2), j.progress(3, sealed=True)
+    start, _p1, p2, p3 = j.start(), j.progress(1), j.progress(2), j.progress(3, sealed=True)
     rs = fold_all(lin, [start, p2, p3])  # p1 never arrives
     assert rs[2].accepted and [e.seq for e in rs[2].released] == [2]
     assert lin.state.jobs["A"].halt_reason == "LEDGER_GAP" and not refused(rs)
