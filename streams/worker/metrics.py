@@ -23,6 +23,7 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4 as CONTENT_TYPE  # noqa: F401 - /metrics' type
 
 from streams.codec.errors import DECODE_REASONS
 from streams.core.state import HALT_REASONS
