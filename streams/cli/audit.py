@@ -102,13 +102,10 @@ def audit(source: str, as_json: bool, report_path: str | None, trusted_keys: str
 
 
 def _keyring(trusted_keys: str):
-    try:
-        from streams.signing import load_trusted_keys
+    # with roles: processor/ keys sign commitments and commands, operator/ keys releases
+    from streams.cli.common import trusted_keyring
 
-        # with roles: processor/ keys sign commitments and commands, operator/ keys releases
-        return load_trusted_keys(trusted_keys)
-    except Exception as exc:  # a bad key file is the user's input: say which
-        fail(f"--trusted-keys {trusted_keys}: {exc}")
+    return trusted_keyring(trusted_keys)
 
 
 def _load(source: str, until, kafka, names, as_json: bool):

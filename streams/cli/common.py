@@ -41,6 +41,19 @@ def fail(message: str, code: int = 2, command: str | None = None) -> NoReturn:
     sys.exit(code)
 
 
+def trusted_keyring(trusted_keys: "str | os.PathLike[str] | None"):
+    """The keyring with roles of ``--trusted-keys`` (processor/ and operator/ public keys), None
+    without one; a directory or key file that does not load is one line and exit 2."""
+    if not trusted_keys:
+        return None
+    from streams.signing import load_trusted_keys
+
+    try:
+        return load_trusted_keys(trusted_keys)
+    except Exception as exc:  # noqa: BLE001 - a bad key file is the user's input: say which
+        fail(f"--trusted-keys {trusted_keys}: {exc}")
+
+
 # ---------------------------------------------------------------------------------- Kafka
 
 

@@ -10,12 +10,12 @@ from rich.console import Console
 
 from streams.cli.common import (
     err_console,
-    fail,
     kafka_options,
     kafka_settings,
     operator_errors,
     topic_prefix_option,
     topics_for,
+    trusted_keyring,
 )
 from streams.cli.tables import halts_table, plans_table
 
@@ -48,14 +48,7 @@ def plans(as_json: bool, trusted_keys: str | None, bootstrap: str | None, kafka_
     from streams.codec import Codec
     from streams.operators.plans import read_control
 
-    trusted = None
-    if trusted_keys:
-        from streams.signing import SigningError, load_trusted_keys
-
-        try:
-            trusted = load_trusted_keys(trusted_keys)
-        except SigningError as exc:
-            fail(f"--trusted-keys {trusted_keys}: {exc}")
+    trusted = trusted_keyring(trusted_keys)
     with operator_errors():
         state = read_control(kafka, topics, Codec(), trusted=trusted)
     if state.undecodable:

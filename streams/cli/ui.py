@@ -16,6 +16,7 @@ from streams.cli.common import (
     kafka_settings,
     topic_prefix_option,
     topics_for,
+    trusted_keyring,
 )
 
 PORT_ENV = "TRAINTRACE_UI_PORT"
@@ -26,12 +27,17 @@ PORT_ENV = "TRAINTRACE_UI_PORT"
               help=f"The port the page is served on. [env {PORT_ENV}]")
 @click.option("--host", default="127.0.0.1", show_default=True, envvar="TRAINTRACE_UI_HOST",
               help="The address to listen on (0.0.0.0: every interface). [env TRAINTRACE_UI_HOST]")
+@click.option("--trusted-keys", envvar="TRAINTRACE_TRUSTED_KEYS", default=None, metavar="DIR|FILE",
+              type=click.Path(exists=True),
+              help="Verify every control record with this keyring (the job clients' one): a record that does "
+                   "not verify is never shown as a plan, only listed as left out; without it the page says "
+                   "signatures are not checked. [env TRAINTRACE_TRUSTED_KEYS]")
 @kafka_options(start_broker=False)
 @topic_prefix_option
 @core_options
-def ui(port: int, host: str, bootstrap: str | None, kafka_config: str | None, topic_prefix: str | None,
-       window: int, spike_factor: float, taint_margin: int, require_sealed_events: bool = False,
-       job_keys: Path | None = None) -> None:
+def ui(port: int, host: str, trusted_keys: str | None, bootstrap: str | None, kafka_config: str | None,
+       topic_prefix: str | None, window: int, spike_factor: float, taint_margin: int,
+       require_sealed_events: bool = False, job_keys: Path | None = None) -> None:
     """Serve the live lineage page: cohorts, jobs with their step and state, open incidents with
     their scope and attribution, plans and their acknowledgements, halts, alerts as they arrive,
     tainted checkpoints, and the lineage drawing of a cohort (the report's picture, redrawn as the
@@ -47,8 +53,9 @@ def ui(port: int, host: str, bootstrap: str | None, kafka_config: str | None, to
 
     config = core_config(window, spike_factor, taint_margin, require_sealed_events, job_keys)
     kafka = kafka_settings(bootstrap, kafka_config)
+    trusted = trusted_keyring(trusted_keys)
     try:
-        server = start_ui(kafka, topics_for(topic_prefix), port=port, host=host, config=config)
+        server = start_ui(kafka, topics_for(topic_prefix), port=port, host=host, config=config, trusted=trusted)
     except UIError as exc:
         fail(str(exc))
     Console(stderr=True).print(f"traintrace ui: serving {server.url} (topics from {kafka.bootstrap}); Ctrl-C stops",

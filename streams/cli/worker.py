@@ -180,12 +180,9 @@ def _watch_note(trusted_keys: Path | None) -> str:
     """What the start-up line says about the control sentinel; an unusable keyring fails."""
     if trusted_keys is None:
         return "forged control NOT watched (no --trusted-keys)"
-    from streams.signing import SigningError, load_trusted_keys
+    from streams.cli.common import trusted_keyring
 
-    try:
-        ring = load_trusted_keys(trusted_keys)
-    except SigningError as exc:
-        fail(f"--trusted-keys {trusted_keys}: {exc}")
+    ring = trusted_keyring(trusted_keys)
     return f"control verified with {len(ring)} trusted key(s) (a forgery raises CONTROL_FORGED)"
 
 

@@ -137,8 +137,10 @@ def _start_page(run: RunSetup, port: int) -> Any:
     from streams.demo.errors import DemoError
     from streams.ui import UIError, start_ui
 
-    try:
-        return start_ui(run.kafka.auditor, run.topics, port=port)
+    from streams.signing import load_trusted_keys
+
+    try:  # the run's keyring: a forged command would never show as a plan
+        return start_ui(run.kafka.auditor, run.topics, port=port, trusted=load_trusted_keys(run.keyring))
     except UIError as exc:
         raise DemoError(str(exc)) from exc
 
@@ -153,7 +155,7 @@ def _start_pipeline(lv: _Live, worker_timeout: float) -> None:
     ensure_topics(run.kafka.processor, standard_topics(run.topics, run.partitions))
     lv.tick(f"starting {run.workers} worker(s)")
     launch_workers(run.kafka, run.prefix, run.app_id, run.work, run.workers, run.partitions,
-                   run.keypair.private_path, lv.workers)
+                   run.keypair.private_path, lv.workers, trusted_keys=run.keyring)
     wait_workers_ready(lv.workers, worker_timeout)
     lv.state.workers = [f"http://127.0.0.1:{w.web_port}" for w in lv.workers]
     lv.tick("waiting for the workers to share the partitions")

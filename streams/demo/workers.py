@@ -25,14 +25,16 @@ _READY_LINE = "Worker ready"
 
 
 def launch_workers(kafka: DemoKafka, prefix: str, app_id: str, work: Path, count: int, partitions: int,
-                   signing_key: Path, started: list[Any]) -> None:
+                   signing_key: Path, started: list[Any], trusted_keys: Path | None = None) -> None:
     """Start ``count`` workers (data under ``work/workers/w<n>``), appending each to ``started``
     as soon as it runs, so that whatever happens next stops it. They run as the processor
-    (``kafka.worker_env()``: its credentials on the secure demo)."""
+    (``kafka.worker_env()``: its credentials on the secure demo); with ``trusted_keys`` each
+    watches the control topic for forgeries (``--trusted-keys``)."""
+    watch = ["--trusted-keys", str(trusted_keys)] if trusted_keys is not None else []
     for i in range(count):
         w = WorkerProcess(kafka.bootstrap, prefix, app_id, work / "workers" / f"w{i + 1}", partitions,
                           extra_args=["--commit-interval", "0.2", "--loglevel", "info",
-                                      "--signing-key", str(signing_key), "--commitment-interval", "2"],
+                                      "--signing-key", str(signing_key), "--commitment-interval", "2", *watch],
                           env=kafka.worker_env())
         started.append(w.start())
 

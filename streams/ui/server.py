@@ -17,7 +17,7 @@ import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
-from typing import Any
+from typing import Any, Mapping
 from urllib.parse import unquote, urlsplit
 
 from streams.core.state import Config
@@ -88,10 +88,11 @@ class UIServer:
     """The followers, the drawings and the HTTP server of one page."""
 
     def __init__(self, kafka: KafkaSettings | str, topics: TopicNames, port: int = DEFAULT_PORT,
-                 host: str = "127.0.0.1", config: Config | None = None) -> None:
+                 host: str = "127.0.0.1", config: Config | None = None,
+                 trusted: Mapping[str, Any] | None = None) -> None:
         self.kafka = KafkaSettings.of(kafka)
         self.topics = topics
-        self.state = UIState(config)
+        self.state = UIState(config, trusted=trusted)
         self._stop = threading.Event()
         try:
             self.httpd = _Server((host, port), _Handler)
@@ -125,6 +126,7 @@ class UIServer:
 
 
 def start_ui(kafka: KafkaSettings | str, topics: TopicNames, port: int = DEFAULT_PORT, host: str = "127.0.0.1",
-             config: Config | None = None) -> UIServer:
-    """A started page (stop it with :meth:`UIServer.stop`); raises :class:`PortInUse`."""
-    return UIServer(kafka, topics, port, host, config).start()
+             config: Config | None = None, trusted: Mapping[str, Any] | None = None) -> UIServer:
+    """A started page (stop it with :meth:`UIServer.stop`); raises :class:`PortInUse`. With
+    ``trusted`` (a keyring) the control records are verified (:class:`UIState`)."""
+    return UIServer(kafka, topics, port, host, config, trusted).start()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any
+from typing import Any, Mapping
 
 from streams.codec import Codec, DecodeError
 from streams.core.project import halts as fold_halts
@@ -21,6 +21,7 @@ from streams.core.state import Config
 from streams.files.archive import LogRecord
 from streams.referee.input import BadBatch, fold_batch, read_batch
 from streams.referee.referee import Referee
+from streams.signing import check_control
 
 #: alerts kept for the page (the newest)
 MAX_ALERTS = 200
@@ -54,9 +55,14 @@ def job_state(job: Any, plan: dict[str, Any] | None, acknowledged: dict[str, Any
 
 
 class UIState:
-    """The follower's fold and the page's views of it."""
+    """The follower's fold and the page's views of it. With ``trusted`` (a keyring) every control
+    record is verified as a job client verifies it: one that does not verify is never shown as a
+    plan, only listed as left out (``signatures.unverified``)."""
 
-    def __init__(self, config: Config | None = None, codec: Codec | None = None) -> None:
+    def __init__(self, config: Config | None = None, codec: Codec | None = None,
+                 trusted: Mapping[str, Any] | None = None) -> None:
+        self.trusted = trusted
+        self.unverified: deque[dict[str, Any]] = deque(maxlen=MAX_ALERTS)
         self.lock = threading.RLock()
         self.codec = codec or Codec()
         self.referee = Referee(config)
@@ -98,6 +104,13 @@ class UIState:
             except DecodeError:
                 self.undecodable += 1
                 return
+            if self.trusted is not None:
+                check = check_control(name, value, self.trusted)
+                if not check.ok:
+                    self.unverified.append({"record": name, "job_id": value.get("job_id"),
+                                            "command_id": value.get("command_id"), "reason": check.reason,
+                                            "detail": check.detail, "position": rec.where})
+                    return
             self.control.append(rec)
             cohort = value.get("cohort_id") or self._cohort_of(value.get("job_id"))
             self.changes[cohort] = self.changes.get(cohort, 0) + 1
@@ -171,6 +184,7 @@ class UIState:
                 "halts": self._halts(engines),
                 "tainted": self._tainted(engines),
                 "alerts": list(reversed(self.alerts))[:50],
+                "signatures": {"checked": self.trusted is not None, "unverified": list(reversed(self.unverified))[:50]},
             }
 
     def _cohort_view(self, cohort: str, lin: Any) -> dict[str, Any]:

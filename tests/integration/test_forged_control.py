@@ -131,7 +131,8 @@ def test_forged_commands_are_not_applied_and_the_audit_names_each(signed_pipelin
     topics, app_id, worker = signed_pipeline
     ui_port = free_port()
     ui = subprocess.Popen([sys.executable, "-m", "streams", "ui", "--bootstrap", kafka_bootstrap, "--topic-prefix",
-                           topics.events[: -len("lineage.events")], "--port", str(ui_port)],
+                           topics.events[: -len("lineage.events")], "--port", str(ui_port),
+                           "--trusted-keys", str(keys["ring"])],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     applied: list[ControlCommand] = []
     halts: list[ControlCommand] = []
@@ -179,14 +180,19 @@ def test_forged_commands_are_not_applied_and_the_audit_names_each(signed_pipelin
             assert al["details"]["reason"] == reason and al["details"]["record"] == name, al
             assert rec["command_id"][:12] in al["message"] and "forged" in al["message"]
         until(lambda: worker.metric("traintrace_control_forged_total") >= len(forged), what="the worker's count")
-        # the live page shows them
-        def page_alerts() -> list[dict]:
+        # the live page shows them, and (given the keyring) no forged command as a plan
+        def page() -> dict:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/api/state", timeout=2) as r:
-                    return [x for x in json.loads(r.read())["alerts"] if x["kind"] == "CONTROL_FORGED"]
+                    return json.loads(r.read())
             except OSError:
-                return []
-        until(lambda: len(page_alerts()) >= len(forged), what="the live page showing the forged control")
+                return {"alerts": [], "signatures": {"unverified": []}}
+        until(lambda: len([x for x in page()["alerts"] if x["kind"] == "CONTROL_FORGED"]) >= len(forged)
+              and len(page()["signatures"]["unverified"]) >= len(forged), what="the live page showing the forgeries")
+        shown_page = page()
+        assert shown_page["plans"] == [] and shown_page["signatures"]["checked"] is True
+        assert sorted(u["command_id"] for u in shown_page["signatures"]["unverified"]) == sorted(
+            r["command_id"] for _, r, _ in forged)
         # traintrace plans: with the keyring no forged command is in force, each is listed as left out
         checked = CliRunner().invoke(cli, ["plans", "--json", "--bootstrap", kafka_bootstrap, "--topic-prefix",
                                            topics.events[: -len("lineage.events")], "--trusted-keys", str(keys["ring"])])

@@ -146,3 +146,27 @@ def test_plans_with_a_keyring_fold_only_what_verifies(tmp_path, monkeypatch):
     [left] = checked.unverified
     assert left["job_id"] == "B" and left["reason"] == UNSIGNED and (left["partition"], left["offset"]) == (0, 1)
     assert checked.records == 2
+
+
+def test_the_live_page_with_a_keyring_shows_no_forged_plan(tmp_path):
+    from streams.files.archive import LogRecord
+    from streams.ui.state import UIState
+
+    path, keys = ring(tmp_path)
+    rb = {"command_id": "c" * 64, "job_id": "A", "cohort_id": "c1", "incarnation": 0, "action": "ROLLBACK",
+          "target_checkpoint_id": "A-60", "target_step": 60, "incident_ids": ["i"], "supersedes": None,
+          "issued_ts": 1, "commitment_root": None}
+    genuine = sign_control("RollbackCommand", rb, keys["processor"])
+    forged = {**rb, "command_id": "f" * 64}
+    recs = [LogRecord("control", 0, i, 1, "A", CODEC.encode_record("RollbackCommand", r))
+            for i, r in enumerate([genuine, forged])]
+    plain, checked = UIState(), UIState(trusted=load_trusted_keys(path))
+    for st in (plain, checked):
+        for r in recs:
+            st.add_control(r)
+    assert [p["command_id"] for p in plain.view()["plans"]] == ["c" * 64, "f" * 64]
+    assert plain.view()["signatures"] == {"checked": False, "unverified": []}
+    view = checked.view()
+    assert [p["command_id"] for p in view["plans"]] == ["c" * 64]
+    [left] = view["signatures"]["unverified"]
+    assert left["command_id"] == "f" * 64 and left["reason"] == UNSIGNED and left["position"].endswith("@1")

@@ -93,6 +93,15 @@ function renderPlans(st) {
       <td><b>${esc(p.job_id)}</b></td><td class="num">${esc(p.incarnation)}</td><td>${esc(p.action)}</td>
       <td>${target}</td><td><code>${esc(short(p.command_id))}</code></td><td>${ackCell(p)}</td></tr>`;
   }).join("") || '<tr><td colspan="6" class="empty">no plan published</td></tr>';
+  const sig = st.signatures || { checked: false, unverified: [] };
+  $("signatures").textContent = sig.checked
+    ? (sig.unverified.length ? `${sig.unverified.length} control record(s) did not verify under the trusted keys: left out (forged?)`
+      : "control signatures verified under the trusted keys")
+    : "control signatures NOT checked (the page was started without --trusted-keys): a forged command would show as a plan";
+  $("signatures").dataset.checked = String(sig.checked);
+  $("unverified").innerHTML = sig.unverified.map((u) => `
+    <li data-testid="unverified-record" data-job="${esc(u.job_id)}"><span class="badge st-halted">${esc(u.reason)}</span>
+      ${esc(u.record)} <code>${esc(short(u.command_id))}</code> for <b>${esc(u.job_id)}</b> at ${esc(u.position)}</li>`).join("");
   $("halts").tBodies[0].innerHTML = st.halts.map((h) => `
     <tr data-testid="halt" data-job="${esc(h.job_id)}"><td><b>${esc(h.job_id)}</b></td>
       <td><span class="badge st-halted">${esc(h.reason)}</span></td><td>${esc(h.detail)}</td>
