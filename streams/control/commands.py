@@ -12,6 +12,19 @@ HALT_RECORD = "HaltCommand"
 CONTROL_RECORDS = (*PLAN_RECORDS, HALT_RECORD)
 #: the reason of the HaltCommand that lifts a halt (``traintrace release``)
 RELEASE_REASON = "RELEASE"
+#: the action of the plan records that carry none of their own
+PLAN_ACTION = {"QuarantineNotice": "QUARANTINE", "PlanCleared": "CLEAR"}
+
+
+def action_of(name: str, rec: Mapping[str, Any]) -> str:
+    """What a control record does, in one word, as every reader shows it: a RollbackCommand's
+    ``action`` (ROLLBACK, RESTART_FROM_BASE, RESTART_FROM_SCRATCH), QUARANTINE, CLEAR, HALT, or
+    RELEASE (a HaltCommand lifting a halt); another record's name."""
+    if name == "RollbackCommand":
+        return str(rec.get("action"))
+    if name == HALT_RECORD:
+        return RELEASE_REASON if rec.get("reason") == RELEASE_REASON else "HALT"
+    return PLAN_ACTION.get(name, name)
 
 
 @dataclass(frozen=True)
@@ -77,11 +90,11 @@ def command_from_record(name: str, rec: Mapping[str, Any], partition: int | None
                               incident_ids=tuple(rec.get("incident_ids") or ()),
                               supersedes=rec.get("supersedes"), **common)
     if name == "QuarantineNotice":
-        return ControlCommand(action="QUARANTINE", incarnation=rec["incarnation"],
+        return ControlCommand(action=PLAN_ACTION[name], incarnation=rec["incarnation"],
                               incident_ids=tuple(rec.get("incident_ids") or ()),
                               quarantined_checkpoint_ids=tuple(rec.get("quarantined_checkpoint_ids") or ()),
                               supersedes=rec.get("supersedes"), **common)
     if name == "PlanCleared":
-        return ControlCommand(action="CLEAR", incarnation=rec["incarnation"], supersedes=rec.get("supersedes"),
+        return ControlCommand(action=PLAN_ACTION[name], incarnation=rec["incarnation"], supersedes=rec.get("supersedes"),
                               reason=rec.get("reason"), **common)
     return ControlCommand(action=rec["reason"], reason=rec["reason"], detail=rec.get("detail"), **common)

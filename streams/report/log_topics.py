@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from streams.control.commands import action_of
 from streams.codec import Codec
 from streams.core.cohorts import UNREGISTERED_COHORT, CohortLineage
 from streams.audit.log import AuditLog
 
 #: the plan action a control record stands for (a RollbackCommand names its own)
-_ACTION_OF = {"QuarantineNotice": "QUARANTINE", "PlanCleared": "CLEAR", "HaltCommand": "HALT"}
 
 
 def control_commands(log: AuditLog, codec: Codec,
@@ -38,7 +38,7 @@ def control_commands(log: AuditLog, codec: Codec,
 
 
 def _command_row(name: str, value: dict[str, Any], cohort: str, position: str) -> dict[str, Any]:
-    action = value.get("action") if name == "RollbackCommand" else _ACTION_OF.get(name, name)
+    action = action_of(name, value)
     return {
         "record": name,
         "command_id": value.get("command_id"),

@@ -15,6 +15,7 @@ import threading
 from collections import deque
 from typing import Any, Mapping
 
+from streams.control.commands import action_of
 from streams.codec import Codec, DecodeError
 from streams.core.project import halts as fold_halts
 from streams.core.state import Config
@@ -29,7 +30,6 @@ MAX_ALERTS = 200
 MAX_TAINTED = 500
 #: control records that are plans (a HaltCommand is a halt)
 _PLAN_RECORDS = {"RollbackCommand", "PlanCleared", "QuarantineNotice"}
-_ACTION_OF = {"QuarantineNotice": "QUARANTINE", "PlanCleared": "CLEAR"}
 
 
 def incident_ids(lin: Any, ck: Any) -> list[str]:
@@ -117,7 +117,7 @@ class UIState:
             self.commands.append({
                 "record": name, "command_id": value.get("command_id"), "job_id": value.get("job_id"),
                 "cohort_id": cohort, "incarnation": value.get("incarnation"),
-                "action": value.get("action") if name == "RollbackCommand" else _ACTION_OF.get(name, name),
+                "action": action_of(name, value),
                 "target_checkpoint_id": value.get("target_checkpoint_id"),
                 "target_step": value.get("target_step"), "reason": value.get("reason"),
                 "incident_ids": list(value.get("incident_ids") or []), "supersedes": value.get("supersedes"),
