@@ -102,6 +102,9 @@ BROUGHT_BACK = Counter("traintrace_cohorts_brought_back_total",
 CONTROL_UNVERIFIED = Counter("traintrace_control_unverified_total",
                              "Records of lineage.control a takeover left out of what is published: not signed "
                              "by this processor's key (forged, or an operator's release)", registry=REGISTRY)
+OUTBOX_STALLS = Counter("traintrace_outbox_stalls_total",
+                        "Batches whose records the broker had not acknowledged after a flush round (30 s): "
+                        "the worker waited on instead of failing the batch", registry=REGISTRY)
 CONTROL_FORGED = Counter("traintrace_control_forged_total",
                          "Records of lineage.control that did not verify under the trusted keyring (the "
                          "control sentinel raised a CONTROL_FORGED alert for each), by reason",

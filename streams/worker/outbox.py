@@ -12,6 +12,7 @@ credentials or the ACLs."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -21,6 +22,12 @@ from streams.codec import Codec
 from streams.referee.records import Emission
 from streams.worker import metrics
 from streams.worker.settings import WorkerSettings
+
+
+log = logging.getLogger("traintrace.worker")
+
+#: one round of waiting for the deliveries of a batch (a stalled broker makes several)
+FLUSH_ROUND_S = 30.0
 
 
 class Outbox:
@@ -91,7 +98,9 @@ class Outbox:
         try:
             if self.fatal is not None:
                 raise self.fatal
-            remaining = await loop.run_in_executor(None, self._flush, 30.0)
+            remaining = await loop.run_in_executor(None, self._flush, FLUSH_ROUND_S)
+            if remaining and not self.errors and self.watch.failure is None:
+                remaining = await self._wait_out(loop, remaining)
         except Exception as exc:  # a producer's fatal error (e.g. no IDEMPOTENT_WRITE) is raised here,
             # sometimes as a bare SystemError: the error callback has it then
             refused = self.kafka.refusal(exc, operation="WRITE", resource=self._first_topic or "") or self.watch.failure
@@ -105,6 +114,21 @@ class Outbox:
                 raise refused
             raise RuntimeError(f"delivery failed ({remaining} undelivered): {[str(e) for e, _ in errors[:3]]}")
         self._first_topic = None
+
+    async def _wait_out(self, loop: asyncio.AbstractEventLoop, remaining: int) -> int:
+        """Deliveries still pending after a round, none failed: a broker or the network is
+        stalled (a paused broker, dropped packets), which is retriable — wait on, in rounds,
+        saying so once and once when it is over, until every record is acknowledged or one
+        fails (librdkafka fails a record after ``message.timeout.ms``, 300 s by default)."""
+        t0 = time.monotonic()
+        log.warning("outbox: %d record(s) not acknowledged by the broker after %.0f s; waiting (a broker or the "
+                    "network is stalled; the batch is acknowledged only once they are)", remaining, FLUSH_ROUND_S)
+        metrics.OUTBOX_STALLS.inc()
+        while remaining and not self.errors and self.watch.failure is None and self.fatal is None:
+            remaining = await loop.run_in_executor(None, self._flush, FLUSH_ROUND_S)
+        if not remaining:
+            log.warning("outbox: every record acknowledged again after %.1f s more", time.monotonic() - t0)
+        return remaining
 
     def _flush(self, timeout: float) -> int:
         """``producer.flush(timeout)``, cut short by a refused login or TLS handshake (which

@@ -13,12 +13,12 @@ from streams.kafka import reader
 from streams.kafka.settings import KafkaSettings
 from streams.signing import check_control
 from streams.worker import metrics
-from streams.worker.settings import WorkerSettings
+from streams.worker.settings import TAKEOVER_PATIENCE_S, WorkerSettings
 
 log = logging.getLogger("traintrace.worker")
 
 #: seconds to wait for the broker (metadata, end offsets, any stretch of the read without progress)
-TIMEOUT = 30.0
+TIMEOUT = TAKEOVER_PATIENCE_S
 
 
 def own_keyring(settings: WorkerSettings) -> dict[str, Any] | None:

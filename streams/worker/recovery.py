@@ -24,7 +24,7 @@ from streams.worker.clock import now_ms
 from streams.worker.errors import WorkerError
 from streams.worker.outbox import Outbox
 from streams.worker.published import read_published_commands
-from streams.worker.settings import WorkerSettings
+from streams.worker.settings import TAKEOVER_PATIENCE_S, WorkerSettings
 from streams.worker.snapshots import SnapshotStore
 
 log = logging.getLogger("traintrace.worker")
@@ -41,7 +41,7 @@ def replay_partition(settings: WorkerSettings, codec: Codec, referee: Referee, p
     n = 0
     position = start
     complete: set[int] = set()
-    for msg in read_range(settings.kafka, topic, {partition: (start, end)}, timeout=30.0, complete=complete):
+    for msg in read_range(settings.kafka, topic, {partition: (start, end)}, timeout=TAKEOVER_PATIENCE_S, complete=complete):
         position = msg.offset() + 1
         if skip and msg.offset() < skip.get(msg.key(), -1):
             continue
@@ -59,7 +59,7 @@ def group_starts(settings: WorkerSettings, topic: str, partitions: list[int]) ->
     try:
         got = retry_transient(lambda left: consumer.committed([TopicPartition(topic, p) for p in partitions],
                                                               timeout=left),
-                              f"the committed offsets of {topic}", 60.0)
+                              f"the committed offsets of {topic}", TAKEOVER_PATIENCE_S)
         out = {}
         for tp in got:
             if tp.offset >= 0:
@@ -67,7 +67,7 @@ def group_starts(settings: WorkerSettings, topic: str, partitions: list[int]) ->
             else:
                 low, _high = retry_transient(
                     lambda left: consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=left),
-                    f"the start offset of {topic}[{tp.partition}]", 60.0)
+                    f"the start offset of {topic}[{tp.partition}]", TAKEOVER_PATIENCE_S)
                 out[tp.partition] = max(low, 0)
         return out
     finally:

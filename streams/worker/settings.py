@@ -24,6 +24,13 @@ def kafka_client_id(host: str, web_port: int) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "-", f"traintrace-{host}-{web_port}")
 
 
+#: how long a takeover (reading back lineage.control, the by-cohort input and the snapshots of a
+#: partition it was assigned) waits for the broker before it gives up and the worker exits to be
+#: restarted: a stalled broker or network plus TCP's retransmission backoff after it can make
+#: the brokers silent for a minute (the fault suite's 25 s network blackhole)
+TAKEOVER_PATIENCE_S = 120.0
+
+
 @dataclass
 class WorkerSettings:
     bootstrap: str

@@ -37,7 +37,7 @@ from streams.referee.referee import Referee
 from streams.worker import metrics
 from streams.worker.clock import now_ms
 from streams.worker.errors import WorkerError
-from streams.worker.settings import WorkerSettings
+from streams.worker.settings import TAKEOVER_PATIENCE_S, WorkerSettings
 
 log = logging.getLogger("traintrace.worker")
 
@@ -285,7 +285,7 @@ class SnapshotStore:
         rounds: list[int] = []
         latest: dict[str, Latest] = {}
         records: dict[str, dict] = {}
-        for msg in read_range(self.settings.kafka, self.topic, {partition: (0, None)}, timeout=30.0):
+        for msg in read_range(self.settings.kafka, self.topic, {partition: (0, None)}, timeout=TAKEOVER_PATIENCE_S):
             try:
                 name, value = self.codec.decode_record(msg.value())
             except (DecodeError, ValueError) as exc:
@@ -339,7 +339,7 @@ class SnapshotStore:
 
     def _read_at(self, cohort: str, partition: int, offset: int) -> dict:
         """The ``CohortSnapshot`` of ``cohort`` at ``offset`` of the snapshot topic."""
-        msgs = list(read_range(self.settings.kafka, self.topic, {partition: (offset, offset + 1)}, timeout=30.0))
+        msgs = list(read_range(self.settings.kafka, self.topic, {partition: (offset, offset + 1)}, timeout=TAKEOVER_PATIENCE_S))
         if not msgs:
             raise WorkerError(f"the snapshot of cohort {cohort!r} at {self.topic}[{partition}]@{offset} "
                               "is gone; restart the worker to re-fold the partition")

@@ -190,7 +190,8 @@ class Case:
     the feeder, asserts every invariant (``check_pipeline``) and records the case's row."""
 
     def __init__(self, cluster: Any, tmp: Path, name: str, *, partitions: int = 4, jobs: int = 100,
-                 steps: int = 200, seconds: float = 15.0, seed: int = 1, extra_args: tuple[str, ...] = ()) -> None:
+                 steps: int = 200, seconds: float = 15.0, seed: int = 1, extra_args: tuple[str, ...] = (),
+                 grace_s: float = GRACE_S) -> None:
         import uuid
 
         from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
@@ -204,7 +205,9 @@ class Case:
         self.app_id = f"tt-{self.prefix.rstrip('.')}"
         self.events = interleave_cohorts(list(_cohorts(jobs, steps, seed)), seed=seed)
         self.workers = [WorkerProcess(self.bootstrap, self.prefix, self.app_id, tmp / f"worker{i}", partitions,
-                                      extra_args=[*WORKER_ARGS, *extra_args]) for i in range(2)]
+                                      extra_args=[*WORKER_ARGS, "--grace-seconds", str(grace_s), *extra_args])
+                        for i in range(2)]
+        self.grace_s = grace_s
         self.feeder = Feeder(self.bootstrap, self.topics.events, self.events, seconds)
         self.watch = LagWatch(self.bootstrap, self.app_id, (self.topics.events, self.topics.by_cohort))
         self.faults: list[tuple[str, float]] = []
@@ -244,7 +247,7 @@ class Case:
         self.watch.stop()
         log = write_log(self.tmp / "events.jsonl", self.events + (extra_log or []))
         check_pipeline(self.bootstrap, self.topics, self.app_id, str(log), self.feeder.poison,
-                       allow_copies=True, grace_s=GRACE_S)
+                       allow_copies=True, grace_s=self.grace_s)
         self.notes["worker_tracebacks"] = sum(
             (w.log_path.read_text(errors="replace").count("Traceback") if w.log_path and w.log_path.exists() else 0)
             for w in self.workers)

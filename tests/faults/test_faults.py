@@ -85,6 +85,38 @@ def test_sigstop_the_group_coordinator_for_25_s(case, fault_cluster):
     c.finish(extra_log=ghost)
 
 
+def test_blackhole_the_network_of_the_group_coordinator_25_s(case, fault_cluster):
+    """Issue 23: a network-level stall: every packet to or from the group coordinator's client and
+    controller ports dropped on loopback for 25 s (tests/faults/netfault.py), the process running
+    on — the clients, the other brokers and the controller quorum see silence, not a refusal,
+    unlike a SIGSTOP only in that the broker itself goes on (its own timers expire its sessions,
+    it may still think it leads). Same invariants, with a grace period (90 s) longer than the
+    stall: records a producer could not deliver for the stall and TCP's retransmission backoff
+    after it reach the log up to a minute after their timestamp, later than the cases' 4 s grace
+    period, so a consumption of a checkpoint whose CheckpointWritten was held up so is halted
+    UNTRACEABLE_SOURCE live as SPEC §8 says (it is not on the log within the grace period) while
+    the offline fold of the jobs' own files, which has it, does not halt: a grace period shorter
+    than a network stall halts the consumers of the stalled jobs' checkpoints, by design (seen with
+    4 s: ten jobs halted). The worker itself must ride the stall out: its outbox waits out the
+    deliveries the broker does not acknowledge (it used to fail the batch after 30 s and exit)."""
+    from tests.faults import netfault
+
+    why = netfault.available()
+    if why is not None:
+        pytest.skip(f"no network-level stall here: {why}")
+    c = case("coordinator network blackhole 25 s", seed=9, grace_s=90).start()
+    time.sleep(3)
+    node_id = fault_cluster.coordinator_of(c.app_id)
+    node = next(n for n in fault_cluster.nodes if n.node_id == node_id)
+    leads = [p for p in range(4) if fault_cluster.leader_of(c.topics.events, p) == node_id]
+    c.notes["blackholed_node_leads_events"] = leads
+    c.fault(f"drop every packet of node {node_id} (ports {node.port}, {node.controller_port}; coordinator of "
+            f"the group; leads events{leads}) 25 s")
+    with netfault.blackhole([node.port, node.controller_port]):
+        time.sleep(25)
+    c.finish()
+
+
 def test_kill_9_the_active_controller(case, fault_cluster):
     c = case("controller kill -9", seed=3)
     controller = fault_cluster.active_controller()  # asked first: it takes seconds (a JVM)

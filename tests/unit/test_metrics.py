@@ -44,6 +44,8 @@ EXPECTED = {
     "traintrace_cohorts_brought_back_total": "counter",
     "traintrace_control_unverified_total": "counter",
     "traintrace_timer_rounds_failed_total": "counter",
+    "traintrace_control_forged_total": "counter",
+    "traintrace_outbox_stalls_total": "counter",
     HISTOGRAM: "histogram",
 }
 
