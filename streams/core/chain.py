@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import fields
 from operator import attrgetter
-from typing import Any
+from typing import Any, Callable
 
 from streams.core.events import Event
 
@@ -35,7 +35,8 @@ _ORDER_CACHE: dict[type, tuple[str, ...]] = {}
 
 #: Fields added later (see the module doc), each with how it is written when set: ``from_scratch``
 #: as ``true`` when true, ``public_key`` as its text when not null; absent otherwise.
-_WRITTEN_WHEN_SET = {"from_scratch": lambda v: "true" if v else None, "public_key": lambda v: v}
+_WRITTEN_WHEN_SET: dict[str, Callable[[Any], Any]] = {
+    "from_scratch": lambda v: "true" if v else None, "public_key": lambda v: v}
 #: never part of the canonical bytes
 _NOT_HASHED = frozenset({"hash", "signature"})
 
@@ -48,7 +49,7 @@ def _field_order(cls: type) -> tuple[str, ...]:
     return order
 
 
-def _extra_fields(cls: type) -> tuple[tuple[str, Any], ...]:
+def _extra_fields(cls: type) -> tuple[tuple[str, Callable[[Any], Any]], ...]:
     return tuple((f.name, _WRITTEN_WHEN_SET[f.name]) for f in fields(cls) if f.name in _WRITTEN_WHEN_SET)
 
 
@@ -60,7 +61,10 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-_GETTERS: dict[type, tuple[str, Any, tuple[str, ...]]] = {}
+#: per event class: its canonical head (type name and 0x00), the getter of its fields in order
+#: (a tuple, even of one field) and its fields added later with how each is written
+_GETTERS: dict[type, tuple[str, Callable[[Any], tuple[Any, ...]],
+                           tuple[tuple[str, Callable[[Any], Any]], ...]]] = {}
 
 
 def canonical_bytes(event: Event) -> bytes:
@@ -74,8 +78,8 @@ def canonical_with_nulls(event: Event) -> tuple[bytes, tuple[int, ...]]:
     g = _GETTERS.get(cls)
     if g is None:
         order = _field_order(cls)
-        get = attrgetter(*order) if len(order) > 1 else (lambda e, _n=order[0]: (getattr(e, _n),))
-        g = _GETTERS[cls] = (cls.__name__ + "\x00", get, _extra_fields(cls))
+        getter = attrgetter(*order) if len(order) > 1 else (lambda e, _n=order[0]: (getattr(e, _n),))
+        g = _GETTERS[cls] = (cls.__name__ + "\x00", getter, _extra_fields(cls))
     head, get, extra = g
     out = [head]
     nulls: list[int] = []

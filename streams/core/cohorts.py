@@ -17,7 +17,7 @@ from typing import Any, Iterable, MutableMapping
 
 from streams.core.decide import Decision, Lineage
 from streams.core.events import Event, JobStarted
-from streams.core.state import HALT_RANK, Config
+from streams.core.state import HALT_RANK, Config, FoldResult
 
 UNREGISTERED_COHORT = ""
 
@@ -54,7 +54,7 @@ class CohortLineage:
         cohort = self.router.route(event)
         return [(cohort, d) for d in self.engine(cohort).apply(event, now_ms)]
 
-    def fold(self, event: Event, now_ms: int | None = None):
+    def fold(self, event: Event, now_ms: int | None = None) -> FoldResult:
         return self.engine(self.router.route(event)).fold(event, now_ms)
 
     def apply_many(self, events: Iterable[Event], now_ms: int | None = None) -> list[tuple[str, Decision]]:
@@ -96,8 +96,8 @@ def merge_final_states(states: Iterable[tuple[str, dict[str, Any]]]) -> dict[str
             if prev is None or (registered and not prev[0]):
                 plans[p["job_id"]] = (registered, p)
         for h in st["halts"]:
-            prev = halts.get(h["job_id"])
-            if prev is None or HALT_RANK[h["reason"]] < HALT_RANK[prev["reason"]]:
+            prev_halt = halts.get(h["job_id"])
+            if prev_halt is None or HALT_RANK[h["reason"]] < HALT_RANK[prev_halt["reason"]]:
                 halts[h["job_id"]] = h
         tainted.update(st["tainted_checkpoints"])
         alerts.extend(st["alerts"])

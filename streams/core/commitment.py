@@ -168,7 +168,7 @@ def build_commitment(cohort_id: str, lineage: Any, ts: int) -> dict[str, Any]:
         raise ValueError(f"ts must be an int (epoch milliseconds), not {ts!r}")
     hs = heads(lineage)
     log = getattr(lineage, "log", None)
-    has_log = isinstance(log, merkle.CompactRange)
+    fold_log = log if isinstance(log, merkle.CompactRange) else None
     return {
         "cohort_id": cohort_id,
         "root": _root_of(hs).hex(),
@@ -178,8 +178,8 @@ def build_commitment(cohort_id: str, lineage: Any, ts: int) -> dict[str, Any]:
         "ts": ts,
         "signature": None,
         "key_id": None,
-        "log_root": log.root().hex() if has_log else None,
-        "log_size": log.size if has_log else None,
+        "log_root": fold_log.root().hex() if fold_log is not None else None,
+        "log_size": fold_log.size if fold_log is not None else None,
         # the point of the processor's input covered: the referee knows it, the core does not
         "input_partition": None,
         "input_offset": None,

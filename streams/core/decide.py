@@ -35,7 +35,7 @@ from streams.core.project import (
     raw_verdict,
     resolve_raw,
 )
-from streams.core.state import Config, FoldResult, LineageState, SourceKey
+from streams.core.state import Checkpoint, Config, FoldResult, LineageState, SourceKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,10 +138,10 @@ class Lineage:
     def _fold_gated(self, event: Event, now_ms: int | None, canonical: Any, ref: Any) -> FoldResult:
         adm = self.seals.admit(event, canonical, ref)
         if adm is HELD:
-            main = FoldResult()
-            main.accepted = False
-            main.held = True
-            return main
+            waiting = FoldResult()
+            waiting.accepted = False
+            waiting.held = True
+            return waiting
         main: FoldResult | None = None
         released: list[Event] = []
         refused = list(adm.refused)
@@ -210,7 +210,7 @@ class Lineage:
         self._unrecorded_sharing(dirty.aliases, out)
         return out
 
-    def _update_verdicts(self, divs) -> set[SourceKey]:
+    def _update_verdicts(self, divs: Iterable[SourceKey]) -> set[SourceKey]:
         """Recompute the attribution of the divergences whose evidence changed; return the
         divergences whose verdict changed (the incident membership index follows)."""
         st = self.state
@@ -248,7 +248,8 @@ class Lineage:
         self.verdicts = new_verdicts
         return changed_divs
 
-    def _update_plans(self, dirty_jobs, changed_divs: set[SourceKey], out: list[Decision]) -> set[str]:
+    def _update_plans(self, dirty_jobs: Iterable[str], changed_divs: set[SourceKey],
+                      out: list[Decision]) -> set[str]:
         """Re-plan the jobs touched (their own, or holders of a divergence whose verdict
         changed); append a PlanChanged per plan that changed; return the incidents those plans
         name (before and after)."""
@@ -290,6 +291,7 @@ class Lineage:
             if new_view == old_view:
                 continue
             if new_view is None:
+                assert old_view is not None  # the views differ: the incident had one
                 del self.incidents[x]
                 out.append(self._closed(x, old_view))
                 continue
@@ -303,7 +305,7 @@ class Lineage:
                 change = "UPDATED"
             out.append(IncidentChanged(x, change, new_view))
 
-    def _halts(self, halts, out: list[Decision]) -> None:
+    def _halts(self, halts: Iterable[tuple[str, str, str]], out: list[Decision]) -> None:
         """The guard's halts (SPEC §8), each job once: a HaltIssued and its alert."""
         for job_id, reason, detail in halts:
             if job_id in self._halted:
@@ -314,7 +316,7 @@ class Lineage:
             out.append(AlertRaised("HALT", job_id, job.cohort_id, f"{job_id} halted: {reason}: {detail}",
                                    details={"reason": reason}))
 
-    def _unrecorded_sharing(self, aliases, out: list[Decision]) -> None:
+    def _unrecorded_sharing(self, aliases: Iterable[Checkpoint], out: list[Decision]) -> None:
         """T3: a checkpoint with the content of a tainted one its job never recorded consuming
         raises one alert."""
         st = self.state
@@ -322,6 +324,7 @@ class Lineage:
             if (ck.job_id, ck.id) in self._alerted:
                 continue
             inc = st.incarnation((ck.job_id, ck.incarnation))
+            assert inc is not None  # a checkpoint is written by an incarnation of its job
             recorded = any(
                 c.seq < ck.seq and (src := st.checkpoints.get(c.checkpoint_id)) is not None
                 and src.content_hash == ck.content_hash

@@ -109,7 +109,7 @@ Event = Union[
     JobFinished,
 ]
 
-EVENT_TYPES: dict[str, type] = {
+EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
         JobStarted,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Collection, cast
 
 from streams.core.ids import command_id, incident_id
 from streams.core.state import INF, Checkpoint, Incarnation, Job, LineageState, SourceKey
@@ -91,7 +91,7 @@ def attribution(state: LineageState, inc: Incarnation) -> tuple[str, frozenset[S
     return (INDETERMINATE if unresolved else INTERNAL), frozenset()
 
 
-RawVerdict = tuple[int, str, frozenset]  # (onset_step, verdict before resolution, attributed)
+RawVerdict = tuple[int, str, frozenset[SourceKey]]  # (onset_step, verdict before resolution, attributed)
 
 
 def raw_verdict(state: LineageState, inc: Incarnation) -> RawVerdict:
@@ -339,7 +339,7 @@ def _incident_roots(verdicts: dict[SourceKey, Verdict], only: set[str] | None,
             and (only is None or v.own_incident_id in only)]
 
 
-def _contaminated(state: LineageState, root: SourceKey, members) -> list[dict[str, Any]]:
+def _contaminated(state: LineageState, root: SourceKey, members: Collection[SourceKey]) -> list[dict[str, Any]]:
     """The incarnations contaminated by an incident: each one's first consumption of a checkpoint
     tainted by it, the checkpoint it came through and the path of jobs from the root.
 
@@ -349,12 +349,15 @@ def _contaminated(state: LineageState, root: SourceKey, members) -> list[dict[st
     first: dict[tuple[str, int], int] = {}
     for s in members:
         for holder in state.src_holders.get(s, ()):
-            cs = state.incarnation(holder).src[s][0]
+            held = state.incarnation(holder)
+            assert held is not None  # a holder is an incarnation the source flowed into
+            cs = held.src[s][0]
             if holder not in first or cs < first[holder]:
                 first[holder] = cs
     member_set = set(members)
     via_of: dict[tuple[str, int], str | None] = {
-        holder: _via(state, state.incarnation(holder), cs, member_set) for holder, cs in first.items()}
+        holder: _via(state, cast(Incarnation, state.incarnation(holder)), cs, member_set)
+        for holder, cs in first.items()}
     paths: dict[tuple[str, int], list[str]] = {}
 
     def path(h: tuple[str, int], depth: int = 0) -> list[str]:

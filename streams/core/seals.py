@@ -32,7 +32,7 @@ event.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from nacl.exceptions import BadSignatureError, CryptoError
 from nacl.signing import SigningKey, VerifyKey
@@ -82,7 +82,8 @@ def public_key_hex(key: Any) -> str:
     """The ``public_key`` a ``JobStarted`` declares for ``key`` (a private or public
     ``cryptography`` Ed25519 key)."""
     pub = key.public_key() if hasattr(key, "public_key") else key
-    return pub.public_bytes_raw().hex()
+    raw: bytes = pub.public_bytes_raw()
+    return raw.hex()
 
 
 def load_public_key(text: str) -> VerifyKey | None:
@@ -291,7 +292,10 @@ class SealGate:
     def _key(self, job: Any) -> VerifyKey:
         key = self.keys.get(job.job_id)
         if key is None:  # pinned by a JobStarted folded before this gate existed (a restored state)
-            key = self.keys[job.job_id] = load_public_key(job.public_key)
+            # cast: the gate pins only a key it loaded (_unkeyed refuses others), so this is never
+            # None for a job the fold took through a gate; a snapshot that held a key not in hex
+            # would cache None here (check_seal then raises AttributeError), as it always did
+            key = self.keys[job.job_id] = cast(VerifyKey, load_public_key(job.public_key))
         return key
 
 

@@ -62,7 +62,7 @@ import sys
 import zlib
 from dataclasses import fields as dc_fields, is_dataclass
 from operator import attrgetter
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from streams.core.errors import CoreError
 
@@ -76,6 +76,7 @@ MAX_PAYLOAD = 1 << 31
 SHARED_STR = 8
 
 _UNSET = object()
+_T = TypeVar("_T")
 _LITTLE = sys.byteorder == "little"
 
 
@@ -266,7 +267,7 @@ def digest(data: bytes) -> str:
 _KEY_RANK = {type(None): 0, bool: 1, int: 2, float: 3, str: 4, bytes: 5, tuple: 6, frozenset: 7}
 
 
-def _canonical_key(x: Any) -> tuple:
+def _canonical_key(x: Any) -> tuple[Any, ...]:
     """A total order over the plain values a set can hold (type first, then value)."""
     rank = _KEY_RANK.get(type(x))
     if rank is None:
@@ -293,7 +294,7 @@ def _one_line(exc: BaseException) -> str:
 class _Encoder:
     def __init__(self, specs: Mapping[type, _Spec], substitute: Mapping[str, Any]) -> None:
         self.specs = specs
-        self.subst = {}
+        self.subst: dict[int, str] = {}
         for name, obj in substitute.items():
             self.subst.setdefault(id(obj), name)
         self.memo: dict[int, int] = {}
@@ -337,12 +338,12 @@ class _Encoder:
         self.memo[id(v)] = len(self.alive)
         self.alive.append(v)
 
-    def _list(self, v: list) -> list:
+    def _list(self, v: list[Any]) -> list[Any]:
         self._number(v)
         enc = self.enc
         return ["l", *[enc(x) for x in v]]
 
-    def _dict(self, v: dict, ordered: bool = True) -> list:
+    def _dict(self, v: dict[Any, Any], ordered: bool = True) -> list[Any]:
         self._number(v)
         enc = self.enc
         out: list[Any] = ["d"]
@@ -357,11 +358,11 @@ class _Encoder:
             return self.enc(v)
         return self._dict(v, ordered=False)
 
-    def _tuple(self, v: tuple) -> list:
+    def _tuple(self, v: tuple[Any, ...]) -> list[Any]:
         enc = self.enc
         return ["t", *[enc(x) for x in v]]
 
-    def _sorted(self, v: Iterable, encode: bool = True) -> list:
+    def _sorted(self, v: Iterable[Any], encode: bool = True) -> list[Any]:
         """The items of a set in a canonical order (so its bytes do not follow string hashing),
         sorted before they are written (strings are numbered as they are written)."""
         items = list(v)
@@ -374,28 +375,28 @@ class _Encoder:
         enc = self.enc
         return [enc(x) for x in items]
 
-    def _set(self, v: set) -> list:
+    def _set(self, v: set[Any]) -> list[Any]:
         self._number(v)
         return ["s", *self._sorted(v)]
 
-    def _frozenset(self, v: frozenset) -> list:
+    def _frozenset(self, v: frozenset[Any]) -> list[Any]:
         return ["f", *self._sorted(v)]
 
-    def _bytes(self, v: bytes) -> list:
+    def _bytes(self, v: bytes) -> list[Any]:
         return ["b", base64.b64encode(v).decode("ascii")]
 
-    def _bytearray(self, v: bytearray) -> list:
+    def _bytearray(self, v: bytearray) -> list[Any]:
         self._number(v)
         return ["B", base64.b64encode(v).decode("ascii")]
 
-    def _array(self, v: array.array) -> list:
+    def _array(self, v: array.array[Any]) -> list[Any]:
         self._number(v)
         if not _LITTLE and v.itemsize > 1:
             v = array.array(v.typecode, v)
             v.byteswap()
         return ["a", v.typecode, base64.b64encode(v.tobytes()).decode("ascii")]
 
-    def _object(self, spec: _Spec, v: Any) -> list:
+    def _object(self, spec: _Spec, v: Any) -> list[Any]:
         if spec.value:
             return self._value(spec, v)
         self._number(v)
@@ -412,7 +413,7 @@ class _Encoder:
                     out.append(self._field(x, k not in unordered))
         return out
 
-    def _value(self, spec: _Spec, v: Any) -> list:
+    def _value(self, spec: _Spec, v: Any) -> list[Any]:
         enc = self.enc
         return ["v", spec.name, *[["u"] if x is _UNSET else enc(x) for x in spec.values(v)]]
 
@@ -425,7 +426,7 @@ class _Decoder:
         self.specs = specs
         self.subst = substitute
         self.objs: list[Any] = []
-        self.table: dict[str, Callable[[list], Any]] = {
+        self.table: dict[str, Callable[[list[Any]], Any]] = {
             "l": self._list, "d": self._dict, "t": self._tuple, "s": self._set, "f": self._frozenset,
             "b": self._bytes, "B": self._bytearray, "a": self._array, "o": self._object,
             "r": self._ref, "x": self._subst, "v": self._value,
@@ -445,74 +446,74 @@ class _Decoder:
             return v
         raise SnapshotError(f"snapshot holds a bare JSON {t.__name__}, which no value encodes to")
 
-    def _number(self, obj: Any) -> Any:
+    def _number(self, obj: _T) -> _T:
         self.objs.append(obj)
         return obj
 
-    def _list(self, v: list) -> list:
-        out = self._number([])
+    def _list(self, v: list[Any]) -> list[Any]:
+        out: list[Any] = self._number([])
         dec = self.dec
         out.extend(dec(x) for x in v[1:])  # a generator: the list is numbered before its items
         return out
 
-    def _dict(self, v: list) -> dict:
+    def _dict(self, v: list[Any]) -> dict[Any, Any]:
         if len(v) % 2 != 1:
             raise SnapshotError("snapshot holds a dict with a key but no value")
-        out = self._number({})
+        out: dict[Any, Any] = self._number({})
         dec = self.dec
         for i in range(1, len(v), 2):
             k = dec(v[i])
             out[k] = dec(v[i + 1])
         return out
 
-    def _tuple(self, v: list) -> tuple:
+    def _tuple(self, v: list[Any]) -> tuple[Any, ...]:
         dec = self.dec
         return tuple([dec(x) for x in v[1:]])
 
-    def _set(self, v: list) -> set:
-        out = self._number(set())
+    def _set(self, v: list[Any]) -> set[Any]:
+        out: set[Any] = self._number(set())
         dec = self.dec
         for x in v[1:]:
             out.add(dec(x))
         return out
 
-    def _frozenset(self, v: list) -> frozenset:
+    def _frozenset(self, v: list[Any]) -> frozenset[Any]:
         dec = self.dec
         return frozenset([dec(x) for x in v[1:]])
 
-    def _b64(self, v: list, n: int = 2) -> bytes:
+    def _b64(self, v: list[Any], n: int = 2) -> bytes:
         if len(v) != n or type(v[-1]) is not str:
             raise SnapshotError(f"snapshot holds a malformed {v[0]!r} value")
         return base64.b64decode(v[-1].encode("ascii"), validate=True)
 
-    def _bytes(self, v: list) -> bytes:
+    def _bytes(self, v: list[Any]) -> bytes:
         return self._b64(v)
 
-    def _bytearray(self, v: list) -> bytearray:
+    def _bytearray(self, v: list[Any]) -> bytearray:
         return self._number(bytearray(self._b64(v)))
 
-    def _array(self, v: list) -> array.array:
+    def _array(self, v: list[Any]) -> array.array[Any]:
         if len(v) != 3 or type(v[1]) is not str or v[1] not in array.typecodes:
             raise SnapshotError("snapshot holds an array with a bad typecode")
-        out = self._number(array.array(v[1]))
+        out: array.array[Any] = self._number(array.array(v[1]))
         out.frombytes(self._b64(v, 3))
         if not _LITTLE and out.itemsize > 1:
             out.byteswap()
         return out
 
-    def _ref(self, v: list) -> Any:
+    def _ref(self, v: list[Any]) -> Any:
         n = v[1] if len(v) == 2 else None
         if type(n) is not int or not 0 <= n < len(self.objs):
             raise SnapshotError(f"snapshot refers to object {str(n)[:20]}, which is not defined before")
         return self.objs[n]
 
-    def _subst(self, v: list) -> Any:
+    def _subst(self, v: list[Any]) -> Any:
         name = v[1] if len(v) == 2 else None
         if type(name) is not str or name not in self.subst:
             raise SnapshotError(f"snapshot needs the substitute {str(name)[:60]!r}, which the reader did not give")
         return self.subst[name]
 
-    def _value(self, v: list) -> Any:
+    def _value(self, v: list[Any]) -> Any:
         """An immutable value object, written in full (not numbered)."""
         name = v[1] if len(v) > 1 else None
         spec = self.specs.get(name) if type(name) is str else None
@@ -520,14 +521,14 @@ class _Decoder:
             raise SnapshotError(f"snapshot names value class {str(name)[:80]!r}, which is not allowed here")
         if len(v) - 2 != len(spec.slots) or spec.has_dict:
             raise SnapshotError(f"snapshot holds a {spec.name} with the wrong number of fields")
-        obj = object.__new__(spec.cls)
+        obj: Any = object.__new__(spec.cls)
         dec = self.dec
         for setter, x in zip(spec.setters, v[2:]):
             if not (type(x) is list and x == ["u"]):
                 setter(obj, dec(x))
         return obj
 
-    def _object(self, v: list) -> Any:
+    def _object(self, v: list[Any]) -> Any:
         name = v[1] if len(v) > 1 else None
         spec = self.specs.get(name) if type(name) is str else None
         if spec is None or spec.value:
@@ -536,7 +537,7 @@ class _Decoder:
         extra = len(v) - 2 - n
         if extra < 0 or extra % 2 or (extra and not spec.has_dict):
             raise SnapshotError(f"snapshot holds a {spec.name} with the wrong number of fields")
-        obj = self._number(object.__new__(spec.cls))
+        obj: Any = self._number(object.__new__(spec.cls))
         dec = self.dec
         for setter, x in zip(spec.setters, v[2:2 + n]):
             if type(x) is list and x == ["u"]:
@@ -576,8 +577,8 @@ def register_core(codec: SnapshotCodec) -> SnapshotCodec:
     for cls in (E.JobStarted, E.Progress, E.CheckpointWritten, E.CheckpointConsumed, E.DivergenceReported,
                 E.RolledBack, E.JobFinished, Verdict):
         codec.register(cls, value=True)
-    for cls in (Checkpoint, Consumption, Job, Dirty, FoldResult, Held, CompactRange):
-        codec.register(cls)
+    for kind in (Checkpoint, Consumption, Job, Dirty, FoldResult, Held, CompactRange):
+        codec.register(kind)
     # indexes the fold fills by iterating sets of (job, incarnation): their insertion order
     # follows string hashing, and nothing reads them in order (lookups, or sorted output)
     codec.register(Incarnation, unordered=("src",))

@@ -22,7 +22,7 @@ import statistics
 from array import array
 from bisect import bisect_left
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from streams.core.chain import GENESIS, canonical_with_nulls, verify_link
 from streams.core.seals import SealPolicy
@@ -249,8 +249,8 @@ class FoldResult:
         # job's seal; events held before that this one's seal folded; events refused, each
         # (caller's ref, event, kind, reason) — this one or earlier held ones
         self.held = False
-        self.released: Sequence = ()
-        self.refused: Sequence = ()
+        self.released: Sequence[Event] = ()
+        self.refused: Sequence[tuple[Any, Event, str, str]] = ()
 
 
 class LineageState:
@@ -388,7 +388,7 @@ class LineageState:
 
     # -- handlers ----------------------------------------------------------
 
-    def _on_started(self, job: Job, ev: JobStarted, now_ms, result) -> None:
+    def _on_started(self, job: Job, ev: JobStarted, now_ms: int | None, result: FoldResult) -> None:
         if job.registered:
             self._halt(job, "CONFLICTING_DUPLICATE", f"second JobStarted at seq {ev.seq}", result)
         else:
@@ -406,7 +406,7 @@ class LineageState:
         if ev.base_checkpoint_id is not None:
             self._consume(inc, Consumption(ev.seq, ev.base_checkpoint_id, "INIT", "base"), now_ms)
 
-    def _on_progress(self, job: Job, ev: Progress, now_ms, result) -> None:
+    def _on_progress(self, job: Job, ev: Progress, now_ms: int | None, result: FoldResult) -> None:
         inc = self._incarnation_for(job, ev)
         prev_max = inc.prog_stepmax[-1] if inc.prog_stepmax else ev.step
         inc.prog_seqs.append(ev.seq)
@@ -434,7 +434,7 @@ class LineageState:
             if len(inc.window) > cfg.window:
                 del inc.window[0]
 
-    def _on_written(self, job: Job, ev: CheckpointWritten, now_ms, result) -> None:
+    def _on_written(self, job: Job, ev: CheckpointWritten, now_ms: int | None, result: FoldResult) -> None:
         inc = self._incarnation_for(job, ev)
         inc.last_step = ev.step if inc.last_step is None else max(inc.last_step, ev.step)
         existing = self.checkpoints.get(ev.checkpoint_id)
@@ -464,11 +464,11 @@ class LineageState:
         h = ck.content_hash
         same = self.by_hash.get(h)
         if same is None:
-            first = self.hash_once.pop(h, None)
-            if first is None:
+            once = self.hash_once.pop(h, None)
+            if once is None:
                 self.hash_once[h] = ck
             else:
-                same = self.by_hash[h] = [first]
+                same = self.by_hash[h] = [once]
         if same is not None:
             for other in same:
                 if other.job_id != ck.job_id and other.ts < ck.ts and other.sources:
@@ -513,17 +513,17 @@ class LineageState:
         self.dirty_jobs.add(ck.job_id)
         self._touch_divergences(ck.job_id)
 
-    def _on_consumed(self, job: Job, ev: CheckpointConsumed, now_ms, result) -> None:
+    def _on_consumed(self, job: Job, ev: CheckpointConsumed, now_ms: int | None, result: FoldResult) -> None:
         inc = self._incarnation_for(job, ev)
         inc.last_step = ev.step if inc.last_step is None else max(inc.last_step, ev.step)
         self._consume(inc, Consumption(ev.seq, ev.source_checkpoint_id, ev.mode, "consume"), now_ms)
 
-    def _on_diverged(self, job: Job, ev: DivergenceReported, now_ms, result) -> None:
+    def _on_diverged(self, job: Job, ev: DivergenceReported, now_ms: int | None, result: FoldResult) -> None:
         inc = self._incarnation_for(job, ev)
         if inc.reported_onset is None or ev.onset_step < inc.reported_onset:
             self._set_onset(inc, reported=ev.onset_step)
 
-    def _on_rolled_back(self, job: Job, ev: RolledBack, now_ms, result) -> None:
+    def _on_rolled_back(self, job: Job, ev: RolledBack, now_ms: int | None, result: FoldResult) -> None:
         inc = job.incarnations.get(ev.incarnation)
         if inc is None:
             inc = Incarnation(job.job_id, ev.incarnation, ev.seq, "scratch" if ev.from_scratch else "restore",
@@ -545,7 +545,7 @@ class LineageState:
         if target is not None:
             self._consume(inc, Consumption(ev.seq, target, "INIT", kind), now_ms)
 
-    def _on_finished(self, job: Job, ev: JobFinished, now_ms, result) -> None:
+    def _on_finished(self, job: Job, ev: JobFinished, now_ms: int | None, result: FoldResult) -> None:
         inc = self._incarnation_for(job, ev)
         inc.finished = True
 
@@ -584,6 +584,7 @@ class LineageState:
         self.jobs[inc.job_id].diverged.add(inc.number)
         self.dirty_divs.add(inc.key)
         self.dirty_jobs.add(inc.job_id)
+        assert onset is not None  # it changed, and a detected or reported onset was just set
         threshold = onset - self.config.taint_margin
         start = inc.first_ckpt_index_at_or_after(threshold)
         for ck in inc.ckpts[start:]:
@@ -607,20 +608,22 @@ class LineageState:
             self.dirty_jobs.add(ck.job_id)
             for c in self.consumers.get(ck.id, ()):
                 if c.taints:
+                    assert c.inc is not None  # set by _consume before it lists the consumption
                     stack.extend(self._inflow(c.inc, s, c.seq, c.seq + 1, defer=True))
             for other in self.same_content(ck.content_hash):
                 if other.job_id != ck.job_id and other.ts > ck.ts:
                     stack.extend(self._alias(other, s, defer=True))
 
-    def _alias(self, ck: Checkpoint, s: SourceKey, defer: bool = False):
+    def _alias(self, ck: Checkpoint, s: SourceKey, defer: bool = False) -> Sequence[tuple[Checkpoint, SourceKey]]:
         inc = self.incarnation((ck.job_id, ck.incarnation))
+        assert inc is not None  # a checkpoint is written by an incarnation of its job
         if ck not in inc.alias_ckpts:
             inc.alias_ckpts.append(ck)
             self.new_aliases.append(ck)
         return self._inflow(inc, s, ck.seq, ck.seq, defer=defer)
 
     def _inflow(self, inc: Incarnation, s: SourceKey, cons_seq: int, first_seq: int,
-                defer: bool = False):
+                defer: bool = False) -> Sequence[tuple[Checkpoint, SourceKey]]:
         """Source ``s`` enters ``inc`` by a consumption at ``cons_seq``; taints checkpoints from
         ``first_seq`` on. Returns (or applies) the checkpoint taints it implies."""
         old = inc.src.get(s)
@@ -689,7 +692,8 @@ class Dirty:
     aliases: list[Checkpoint]
 
 
-_HANDLERS = {
+#: a handler takes the event of its type (the key); ``Any`` there: one table for the seven types
+_HANDLERS: dict[type, Callable[[LineageState, Job, Any, int | None, FoldResult], None]] = {
     JobStarted: LineageState._on_started,
     Progress: LineageState._on_progress,
     CheckpointWritten: LineageState._on_written,
