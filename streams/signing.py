@@ -656,6 +656,13 @@ def issued_job_keys(source: str | os.PathLike[str]) -> frozenset[str]:
     return frozenset(public_key_hex(load_public_key(f)) for f in files)
 
 
+def unverified_row(name: str, record: Mapping[str, Any], check: SignatureCheck) -> dict[str, Any]:
+    """What a reader lists of a control record left out because it did not verify (record,
+    job_id, command_id, reason, detail); the caller adds where it was."""
+    return {"record": name, "job_id": record.get("job_id"), "command_id": record.get("command_id"),
+            "reason": check.reason, "detail": check.detail}
+
+
 def check_control(name: str, record: Mapping[str, Any], trusted: Mapping[str, Any]) -> SignatureCheck:
     """Verify a control record's signature: by a trusted key (``trusted``: a
     :class:`TrustedKeys`, or a plain ``{key_id: key}`` taken as processor keys) whose role may

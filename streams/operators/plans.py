@@ -11,7 +11,7 @@ from streams.kafka import reader
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames
 from streams.operators.errors import OperatorError
-from streams.signing import check_control
+from streams.signing import check_control, unverified_row
 
 
 def _decoded(messages: Iterable[reader.Message], codec: Codec
@@ -48,9 +48,8 @@ def read_control(kafka: KafkaSettings | str, topics: TopicNames, codec: Codec | 
             raise OperatorError(f"cannot decode {msg.topic!r}: {exc}") from exc
         check = check_control(name, record, trusted)
         if not check.ok:
-            state.add_unverified({"record": name, "job_id": record.get("job_id"),
-                                  "command_id": record.get("command_id"), "reason": check.reason,
-                                  "detail": check.detail, "partition": msg.partition, "offset": msg.offset})
+            state.add_unverified({**unverified_row(name, record, check), "partition": msg.partition,
+                                  "offset": msg.offset})
             continue
         state.add(name, record)
     return state

@@ -22,7 +22,7 @@ from streams.core.state import Config
 from streams.files.archive import LogRecord
 from streams.referee.input import BadBatch, fold_batch, read_batch
 from streams.referee.referee import Referee
-from streams.signing import check_control
+from streams.signing import check_control, unverified_row
 
 #: alerts kept for the page (the newest)
 MAX_ALERTS = 200
@@ -107,9 +107,7 @@ class UIState:
             if self.trusted is not None:
                 check = check_control(name, value, self.trusted)
                 if not check.ok:
-                    self.unverified.append({"record": name, "job_id": value.get("job_id"),
-                                            "command_id": value.get("command_id"), "reason": check.reason,
-                                            "detail": check.detail, "position": rec.where})
+                    self.unverified.append({**unverified_row(name, value, check), "position": rec.where})
                     return
             self.control.append(rec)
             cohort = value.get("cohort_id") or self._cohort_of(value.get("job_id"))

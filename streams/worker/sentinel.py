@@ -41,6 +41,7 @@ from streams.codec import Codec, DecodeError
 from streams.referee.records import alert_id
 from streams.signing import PROCESSOR, TrustedKeys, check_control, load_trusted_keys
 from streams.worker import metrics
+from streams.worker.published import own_keyring
 from streams.worker.settings import WorkerSettings
 
 log = logging.getLogger("traintrace.worker")
@@ -59,15 +60,12 @@ def sentinel_keyring(settings: WorkerSettings) -> TrustedKeys | None:
     if settings.trusted_keys is None:
         return None
     ring = load_trusted_keys(settings.trusted_keys)
-    if settings.signing_key is not None:
-        from streams.signing import CommitmentSigner
-
-        signer = CommitmentSigner.from_file(settings.signing_key)
-        keys = dict(ring)
+    own = own_keyring(settings)  # the worker's signing key, the one a takeover trusts
+    if own:
         roles = {k: set(v) for k, v in ring.roles.items()}
-        keys[signer.key_id] = signer.public_key
-        roles.setdefault(signer.key_id, set()).add(PROCESSOR)
-        ring = TrustedKeys(keys, roles, source=ring.source)
+        for kid in own:
+            roles.setdefault(kid, set()).add(PROCESSOR)
+        ring = TrustedKeys({**ring, **own}, roles, source=ring.source)
     return ring
 
 
