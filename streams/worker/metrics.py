@@ -59,6 +59,9 @@ COMMITS = Counter("traintrace_offset_commits_total", "Offset commits of the proc
 DIRECT_READS = Counter("traintrace_input_direct_reads_total",
                        "Ranges of owned input records Faust did not deliver, read from the topic and processed "
                        "in order", registry=REGISTRY)
+FETCH_STALLS = Counter("traintrace_input_fetch_stalls_total",
+                       "Owned input partitions whose fetch by Faust stopped moving with records waiting (read "
+                       "from the topic instead)", registry=REGISTRY)
 WATERMARK_LAG = Gauge("traintrace_input_watermark_lag_seconds",
                       "Wall clock minus the input watermark the grace periods run on (last computed)",
                       registry=REGISTRY)

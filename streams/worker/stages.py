@@ -235,12 +235,21 @@ class FoldStage(Stage):
 
 
 class StallWatch:
-    """An owned partition whose position stays put over a whole interval while records wait
-    past it that Faust has already read: Faust skipped its tail (nothing later arrives to show
-    the gap). Its records are read from the topic and processed, in order (at most
-    :attr:`max_records` a pass)."""
+    """An owned partition whose position stays put while records wait past it:
+
+    - over one whole pass, when Faust has already read them: Faust skipped its tail (nothing
+      later arrives to show the gap);
+    - over :attr:`fetch_stall_passes` passes, when Faust has not read them and its own read
+      offset did not move either: its fetcher is stuck on the partition (seen once in CI after
+      a partition leader was killed and restarted: half the log was never delivered).
+
+    Its records are read from the topic and processed, in order (at most :attr:`max_records` a
+    pass); should Faust deliver them later, they are seen already and skipped."""
 
     max_records = 5000
+    #: passes (the timer runs every 2 s) of no progress, Faust's included, before its fetcher is
+    #: taken for stuck: well beyond a rebalance or a leader election
+    fetch_stall_passes = 15
 
     def __init__(self, settings: WorkerSettings, stages: tuple[Stage, ...],
                  faust_read_offset: Callable[[str, int], int | None]) -> None:
@@ -250,6 +259,9 @@ class StallWatch:
         self.faust_read_offset = faust_read_offset
         self.watermarks = settings.kafka.consumer(f"{settings.app_id}-watermarks")
         self.waiting: dict[tuple[str, int], int] = {}  # (topic, partition) -> position seen with records waiting
+        #: (topic, partition) -> ((position, Faust's read offset), passes seen unchanged) while
+        #: Faust has not read to the end
+        self.fetching: dict[tuple[str, int], tuple[tuple[int, int | None], int]] = {}
 
     def close(self) -> None:
         self.watermarks.close()
@@ -274,12 +286,27 @@ class StallWatch:
         # (it still has a backlog to deliver otherwise: reading it here as well would only
         # duplicate its work)
         faust_read = self.faust_read_offset(topic, p)
-        if pos is None or high <= pos or faust_read is None or faust_read + 1 < high:
+        if pos is None or high <= pos:
             self.waiting.pop(key, None)
+            self.fetching.pop(key, None)
             return
-        if self.waiting.get(key) != pos:
-            self.waiting[key] = pos
-            return
+        if faust_read is None or faust_read + 1 < high:
+            self.waiting.pop(key, None)
+            mark = (pos, faust_read)
+            seen, passes = self.fetching.get(key, (None, 0))
+            passes = passes + 1 if seen == mark else 1
+            self.fetching[key] = (mark, passes)
+            if passes < self.fetch_stall_passes:
+                return
+            log.warning("%s[%d]: neither the position (%d) nor Faust's fetch (%s) moved for %d passes with %d "
+                        "record(s) waiting: Faust's fetcher is stuck", topic, p, pos, faust_read, passes, high - pos)
+            metrics.FETCH_STALLS.inc()
+            self.fetching.pop(key, None)
+        else:
+            self.fetching.pop(key, None)
+            if self.waiting.get(key) != pos:
+                self.waiting[key] = pos
+                return
         try:
             records = await loop.run_in_executor(None, read_records, self.settings, topic, p, pos,
                                                  min(high, pos + self.max_records))

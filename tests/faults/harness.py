@@ -149,6 +149,13 @@ class LagWatch(threading.Thread):
         self._stop_flag.set()
         self.join(30)
 
+    def last_lags(self) -> dict[str, int]:
+        """The newest sample's lag of every partition that has one, as ``topic[partition]``."""
+        if not self.samples:
+            return {}
+        s = self.samples[-1]
+        return {f"{t}[{p}]": s.ends[(t, p)] - c for (t, p), c in s.committed.items() if s.ends[(t, p)] > c}
+
     def _reached(self, sample: Sample, topic: str, target: Sample) -> bool:
         return all(sample.committed.get(k, 0) >= end for k, end in target.ends.items() if k[0] == topic)
 
@@ -175,10 +182,13 @@ def record(case: str, **values: Any) -> dict[str, Any]:
     return row
 
 
-# takeovers go through snapshots; TRAINTRACE_FAULTS_SNAPSHOT_EVERY=0 runs the cases without them
+# takeovers go through snapshots; TRAINTRACE_FAULTS_SNAPSHOT_EVERY=0 runs the cases without them.
+# Supervised, as a deployment runs them (a pod's restart policy): a worker the watchdog ends
+# (no progress for 60 s with records waiting and every dependency up) is restarted, and the
+# case's row counts it (``watchdog_restarts``)
 WORKER_ARGS = ["--commit-interval", "0.2", "--grace-seconds", "4", "--session-timeout", "6",
                "--snapshot-every", os.environ.get("TRAINTRACE_FAULTS_SNAPSHOT_EVERY", "200"),
-               "--snapshot-interval", "1", "--loglevel", "info"]
+               "--snapshot-interval", "1", "--loglevel", "info", "--supervise", "--watchdog-seconds", "60"]
 GRACE_S = 4
 
 
@@ -242,12 +252,20 @@ class Case:
         t_fed = time.monotonic()
         for w in self.workers:
             assert w.alive(), f"a worker died:\n{w.log_tail()}"
-        wait_quiescent(self.bootstrap, self.app_id, self.topics, timeout=180)
+        try:
+            wait_quiescent(self.bootstrap, self.app_id, self.topics, timeout=180)
+        except TimeoutError as exc:
+            logs = "\n".join(f"--- worker {i} ({'alive' if w.alive() else 'dead'}) ---\n{w.log_tail(120)}"
+                             for i, w in enumerate(self.workers))
+            raise AssertionError(f"{exc}\nper partition: {self.watch.last_lags()}\n{logs}") from exc
         tail = time.monotonic() - t_fed
         self.watch.stop()
         log = write_log(self.tmp / "events.jsonl", self.events + (extra_log or []))
         check_pipeline(self.bootstrap, self.topics, self.app_id, str(log), self.feeder.poison,
                        allow_copies=True, grace_s=self.grace_s)
+        self.notes["watchdog_restarts"] = sum(
+            (w.log_path.read_text(errors="replace").count("watchdog: ") if w.log_path and w.log_path.exists() else 0)
+            for w in self.workers)
         self.notes["worker_tracebacks"] = sum(
             (w.log_path.read_text(errors="replace").count("Traceback") if w.log_path and w.log_path.exists() else 0)
             for w in self.workers)

@@ -28,6 +28,7 @@ EXPECTED = {
     "traintrace_stale_records_skipped_total": "counter",
     "traintrace_offset_commits_total": "counter",
     "traintrace_input_direct_reads_total": "counter",
+    "traintrace_input_fetch_stalls_total": "counter",
     "traintrace_dead_letters_total": "counter",
     "traintrace_records_emitted_total": "counter",
     "traintrace_input_watermark_lag_seconds": "gauge",

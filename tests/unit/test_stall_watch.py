@@ -1,0 +1,80 @@
+"""The worker's stall watch (``streams.worker.stages.StallWatch``): records that wait on an owned
+partition are processed from the topic when Faust skipped them (it read past them) or when its
+fetcher stopped (neither its read offset nor the position moved for ``fetch_stall_passes``)."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+
+from streams.worker import stages
+from streams.worker.stages import StallWatch
+
+
+class Watermarks:
+    def __init__(self, high: int) -> None:
+        self.high = high
+
+    def get_watermark_offsets(self, tp, timeout):
+        return 0, self.high
+
+    def close(self) -> None:
+        pass
+
+
+class Stage:
+    topic = "lineage.events"
+
+    def __init__(self, position: int) -> None:
+        self.input = SimpleNamespace(owned={0}, position={0: position})
+        self.processed: list[list[int]] = []
+
+    async def process(self, records) -> None:
+        self.processed.append(records)
+        self.input.position[0] = records[-1] + 1
+
+
+def watch(monkeypatch, high: int, position: int, faust_read: int | None) -> tuple[StallWatch, Stage, dict]:
+    reads: dict = {"faust": faust_read}
+    monkeypatch.setattr(stages, "read_records", lambda _s, _t, _p, start, end: list(range(start, end)))
+    settings = SimpleNamespace(kafka=SimpleNamespace(consumer=lambda group: Watermarks(high)), app_id="tt")
+    stage = Stage(position)
+    return StallWatch(settings, (stage,), faust_read_offset=lambda t, p: reads["faust"]), stage, reads
+
+
+def passes(w: StallWatch, n: int) -> None:
+    for _ in range(n):
+        asyncio.run(w.check())
+
+
+def test_a_tail_faust_read_but_never_delivered_is_processed_after_one_whole_pass(monkeypatch):
+    w, stage, _ = watch(monkeypatch, high=10, position=7, faust_read=9)
+    passes(w, 1)
+    assert stage.processed == []
+    passes(w, 1)
+    assert stage.processed == [[7, 8, 9]]
+
+
+@pytest.mark.parametrize("faust_read", [None, 3])
+def test_a_stuck_fetch_is_read_around_after_its_passes(monkeypatch, faust_read):
+    w, stage, _ = watch(monkeypatch, high=10, position=2, faust_read=faust_read)
+    passes(w, StallWatch.fetch_stall_passes - 1)
+    assert stage.processed == []
+    passes(w, 1)
+    assert stage.processed == [list(range(2, 10))]
+
+
+def test_a_fetch_that_moves_is_left_to_faust(monkeypatch):
+    w, stage, reads = watch(monkeypatch, high=100, position=2, faust_read=3)
+    for i in range(3 * StallWatch.fetch_stall_passes):
+        reads["faust"] = 3 + i  # Faust reads on: it delivers in its own time
+        passes(w, 1)
+    assert stage.processed == []
+
+
+def test_nothing_waiting_is_no_stall(monkeypatch):
+    w, stage, _ = watch(monkeypatch, high=5, position=5, faust_read=None)
+    passes(w, 2 * StallWatch.fetch_stall_passes)
+    assert stage.processed == []
