@@ -168,7 +168,14 @@ class Codec:
             return self.encode_event(obj)
         return self.encode_record(t, obj)
 
-    def _header(self, info: SchemaInfo) -> bytes:
+    def record_name_of_id(self, schema_id: int) -> str | None:
+        """The record name a Confluent schema id this codec learnt stands for, or None."""
+        plan = self._by_id.get(schema_id)
+        return plan.name if plan is not None else None
+
+    def frame_header(self, info: SchemaInfo) -> bytes:
+        """The frame header ``info``'s records are written with (on the Confluent wire, its
+        schema id: registered once, on first use)."""
         header = self._headers.get(info.name)
         if header is None:
             assert self.registry is not None
@@ -180,7 +187,7 @@ class Codec:
         return header
 
     def _write(self, info: SchemaInfo, datum: dict[str, Any]) -> bytes:
-        header = self._headers.get(info.name) or self._header(info)
+        header = self._headers.get(info.name) or self.frame_header(info)
         bio = BytesIO()
         bio.write(header)
         try:
@@ -340,7 +347,7 @@ class Codec:
         for name, info in self.schemas.readers.items():
             out[name] = self.registry.schema_id(info)
             if self.wire_format == CONFLUENT:
-                self._header(info)
+                self.frame_header(info)
             self._learn_id(out[name], self._by_fp[info.fingerprint])
         return out
 

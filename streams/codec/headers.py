@@ -25,13 +25,25 @@ never mutate one.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 from .schemas import EVENT_RECORD, SchemaInfo
 from .wire import CONFLUENT, CONFLUENT_HEADER_LEN, SINGLE_OBJECT_HEADER_LEN
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .avro import Codec
+
+
+class Framing(Protocol):
+    """What the headers need of a codec (:class:`streams.codec.Codec` is one): its wire format,
+    the names it knows, its schemas, and the frame header each record name is written with."""
+
+    wire_format: str
+    record_names: Sequence[str]
+    event_types: Sequence[str]
+    schemas: Any
+
+    def frame_header(self, info: SchemaInfo) -> bytes: ...
+
+    def record_name_of_id(self, schema_id: int) -> str | None: ...
 
 TYPE_HEADER = "traintrace.type"
 FINGERPRINT_HEADER = "traintrace.schema-fingerprint"
@@ -74,7 +86,7 @@ class RecordHeaders:
     """The headers of each record name and event type of one :class:`Codec`, built on first
     use and kept (a Confluent schema id costs one registry call per record name, once)."""
 
-    def __init__(self, codec: "Codec") -> None:
+    def __init__(self, codec: Framing) -> None:
         self.codec = codec
         self._lock = threading.Lock()
         self._cache: dict[tuple[str, str | None], Headers] = {}
@@ -90,7 +102,7 @@ class RecordHeaders:
             (CONTENT_TYPE_HEADER, content_type(info.name, encoding).encode()),
         ]
         if encoding == CONFLUENT:
-            frame = codec._header(info)  # registers the schema once, as encoding would
+            frame = codec.frame_header(info)  # registers the schema once, as encoding would
             out.append((SCHEMA_ID_HEADER, str(int.from_bytes(frame[1:CONFLUENT_HEADER_LEN], "big")).encode()))
         return out
 
@@ -103,7 +115,7 @@ class RecordHeaders:
                 raise KeyError(f"unknown record {name!r}; expected one of {', '.join(self.codec.record_names)}")
             info = self.codec.schemas.reader(name)
             got = self._build(info, name)
-            frame = self.codec._header(info)
+            frame = self.codec.frame_header(info)
             with self._lock:
                 self._cache[key] = got
                 self._by_frame[frame] = got
@@ -132,8 +144,7 @@ class RecordHeaders:
             info = self.codec.schemas.writer(value[2:SINGLE_OBJECT_HEADER_LEN])
             name = info.name if info is not None else None
         else:
-            plan = self.codec._by_id.get(int.from_bytes(value[1:CONFLUENT_HEADER_LEN], "big"))
-            name = plan.name if plan is not None else None
+            name = self.codec.record_name_of_id(int.from_bytes(value[1:CONFLUENT_HEADER_LEN], "big"))
         if name is None or name == EVENT_RECORD:
             return None
         self.record(name)
@@ -150,6 +161,7 @@ __all__ = [
     "CONTENT_TYPE_HEADER",
     "ERROR_KIND_HEADER",
     "FINGERPRINT_HEADER",
+    "Framing",
     "Headers",
     "MEDIA_TYPE",
     "ORIGINAL_PREFIX",

@@ -125,3 +125,11 @@ def verify_link(event: Event, expected_prev: str | None, canonical: bytes | None
     if computed != event.hash:
         return f"hash {event.hash!r} does not match the computed {computed!r}"
     return None
+
+
+def event_digest(event: Event, canonical: tuple[bytes, tuple[int, ...]] | None = None) -> int:
+    """A stable 63-bit digest of an event's content, to tell identical from conflicting
+    duplicates: over its SPEC §9 canonical bytes, which fields are null, and its ``hash``."""
+    cb, nulls = canonical if canonical is not None else canonical_with_nulls(event)
+    raw = b"%b\x01%r\x01%b" % (cb, nulls, (event.hash or "").encode())
+    return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "little") >> 1 or 1

@@ -32,12 +32,12 @@ event.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from nacl.exceptions import BadSignatureError, CryptoError
 from nacl.signing import SigningKey, VerifyKey
 
-from streams.core.chain import chain_hash, canonical_with_nulls
+from streams.core.chain import chain_hash, canonical_with_nulls, event_digest
 from streams.core.events import Event, JobStarted
 
 #: What a seal signs, before the 32 bytes of the event's hash.
@@ -177,6 +177,9 @@ class SealGate:
         if job is None or job.public_key is None:
             return self._unkeyed(event, canonical, ref)
         key = self._key(job)
+        if key is None:
+            return self._refuse(event, ref, FORGED, f"{_name(event)}: the key the job's record pins "
+                                f"({str(job.public_key)[:16]!r}) is not an Ed25519 public key in hex")
         if event.seq < job.next_seq:
             return self._past(job, key, event, canonical, ref)
         if event.signature is None:
@@ -225,8 +228,6 @@ class SealGate:
     def _past(self, job: Any, key: VerifyKey, event: Event, canonical: Any, ref: Any) -> Admission:
         """An event at a ``seq`` the job's record already holds: a redelivery folds (and is
         dropped as a duplicate); other content is the job's own conflict only if sealed."""
-        from streams.core.state import event_digest
-
         if canonical is None:
             canonical = canonical_with_nulls(event)
         known = _digest_at(job, event.seq)
@@ -289,13 +290,14 @@ class SealGate:
     def _refuse(self, event: Event, ref: Any, kind: str, reason: str) -> Admission:
         return Admission(refused=[(ref, event, kind, reason)])
 
-    def _key(self, job: Any) -> VerifyKey:
+    def _key(self, job: Any) -> VerifyKey | None:
+        """The job's loaded key; None when what its record pins is no key (only a restored
+        state can hold one: the gate pins only keys it loaded, :meth:`_unkeyed` refuses others)."""
         key = self.keys.get(job.job_id)
         if key is None:  # pinned by a JobStarted folded before this gate existed (a restored state)
-            # cast: the gate pins only a key it loaded (_unkeyed refuses others), so this is never
-            # None for a job the fold took through a gate; a snapshot that held a key not in hex
-            # would cache None here (check_seal then raises AttributeError), as it always did
-            key = self.keys[job.job_id] = cast(VerifyKey, load_public_key(job.public_key))
+            key = load_public_key(job.public_key)
+            if key is not None:
+                self.keys[job.job_id] = key
         return key
 
 
@@ -324,6 +326,4 @@ def _hash_ok(h: Held) -> bool:
 
 
 def _same(a: Held, b: Held) -> bool:
-    from streams.core.state import event_digest
-
     return event_digest(a.event, a.canonical) == event_digest(b.event, b.canonical)

@@ -16,7 +16,6 @@ Verdicts, incident membership and plans are projections of this state: see
 
 from __future__ import annotations
 
-import hashlib
 import math
 import statistics
 from array import array
@@ -24,7 +23,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
-from streams.core.chain import GENESIS, canonical_with_nulls, verify_link
+from streams.core.chain import GENESIS, canonical_with_nulls, event_digest, verify_link
 from streams.core.seals import SealPolicy
 from streams.core.events import (
     CheckpointConsumed,
@@ -226,14 +225,6 @@ class Job:
         if not self.halt_reasons:
             return None
         return min(self.halt_reasons, key=HALT_RANK.__getitem__)
-
-
-def event_digest(event: Event, canonical: tuple[bytes, tuple[int, ...]] | None = None) -> int:
-    """A stable 63-bit digest of an event's content, to tell identical from conflicting
-    duplicates: over its SPEC §9 canonical bytes, which fields are null, and its ``hash``."""
-    cb, nulls = canonical if canonical is not None else canonical_with_nulls(event)
-    raw = b"%b\x01%r\x01%b" % (cb, nulls, (event.hash or "").encode())
-    return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "little") >> 1 or 1
 
 
 class FoldResult:

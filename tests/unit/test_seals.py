@@ -188,3 +188,16 @@ def test_the_signature_is_not_hashed_and_the_key_is(etype):
     assert chain_hash(ev.prev_hash, replace(ev, signature=None)) == ev.hash
     if etype is JobStarted:
         assert chain_hash(ev.prev_hash, replace(ev, public_key=None)) != ev.hash
+
+
+def test_a_restored_record_pinning_no_key_refuses_the_jobs_events_instead_of_crashing():
+    # only a restored state (a snapshot) can pin what is no key: the gate pins only keys it loaded
+    lin = Lineage()
+    j = Job()
+    assert fold_all(lin, [j.start()])[0].accepted
+    lin.state.jobs["A"].public_key = "not a key"
+    lin.seals.keys.clear()  # as after a restore: the gate never saw the JobStarted
+    rs = fold_all(lin, [j.progress(1), j.checkpoint(1)], refs=["p", "c"])
+    assert refused(rs) == [("p", FORGED), ("c", FORGED)]
+    assert "not an Ed25519 public key" in rs[0].refused[0][3]
+    assert lin.log.size == 1
