@@ -40,7 +40,7 @@ from streams.audit.audit import audit  # noqa: E402
 from streams.audit.log import TOPICS, load_archive, load_topics  # noqa: E402
 from streams.audit.export import export  # noqa: E402
 from streams.testing.cohort import chain_events, generate_cohorts  # noqa: E402
-from streams.worker.process import WorkerProcess, produce_events, wait_quiescent  # noqa: E402
+from streams.devtools.worker_process import WorkerProcess, produce_events, wait_quiescent  # noqa: E402
 
 CODEC = Codec()
 AUDITED = ("events", "input", "control", "manifests", "commitments")
@@ -90,7 +90,7 @@ def main() -> None:
     args = ap.parse_args()
     bootstrap = args.bootstrap
     if bootstrap is None:
-        from streams.kafka.broker import LocalBroker, default_data_dir
+        from streams.devtools.broker import LocalBroker, default_data_dir
 
         broker = LocalBroker(default_data_dir())
         st = broker.status()

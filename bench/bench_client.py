@@ -72,7 +72,7 @@ class _Broker:
 
     def __enter__(self) -> "_Broker":
         if self.bootstrap is None:
-            from streams.kafka.broker import LocalBroker
+            from streams.devtools.broker import LocalBroker
 
             self.tmp = tempfile.TemporaryDirectory(prefix="tt-bench-client-broker-")
             self.broker = LocalBroker(self.tmp.name, die_with_parent=True)

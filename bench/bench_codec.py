@@ -11,7 +11,7 @@ its 64-hex ``prev_hash``/``hash``):
        checks; ``Codec.decode_event`` back to the flat dict), and the ratio (b)/(a),
    (c) the same codec in the Confluent wire format (mock:// Schema Registry), for reference;
 2. if a broker is reachable (``--bootstrap`` or ``KAFKA_BOOTSTRAP_SERVERS``; otherwise one is
-   started with ``streams.kafka.broker.LocalBroker`` in a temporary directory): the raw
+   started with ``streams.devtools.broker.LocalBroker`` in a temporary directory): the raw
    confluent-kafka produce rate and consume rate of ``--kafka-events`` (100k) encoded events on a
    fresh topic, and the consume+decode rate.
 
@@ -181,9 +181,9 @@ class _Broker:
         if self.bootstrap:
             return self
         try:
-            from streams.kafka.broker import LocalBroker
+            from streams.devtools.broker import LocalBroker
         except ImportError:
-            self.note = "no broker: streams.kafka.broker is not available"
+            self.note = "no broker: streams.devtools.broker is not available"
             return self
         self.tmp = tempfile.TemporaryDirectory(prefix="bench-codec-kafka-")
         broker = LocalBroker(self.tmp.name, die_with_parent=True)

@@ -55,7 +55,7 @@ from streams.kafka.settings import KafkaSettings  # noqa: E402
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics  # noqa: E402
 from streams.codec import Codec  # noqa: E402
 from streams.testing.cohort import chain_events, generate_cohorts, seal_events  # noqa: E402
-from streams.worker.process import WorkerProcess, produce_events, wait_quiescent  # noqa: E402
+from streams.devtools.worker_process import WorkerProcess, produce_events, wait_quiescent  # noqa: E402
 
 CODEC = Codec()
 
@@ -280,11 +280,11 @@ def main() -> None:
 def start_kafka(shape: str):
     """A local Kafka of one node or three (fresh data dirs): (handle with .stop(), bootstrap)."""
     if shape == "three":
-        from streams.kafka.cluster import LocalCluster
+        from streams.devtools.cluster import LocalCluster
 
         kafka = LocalCluster(Path(tempfile.mkdtemp(prefix="tt-bench-cluster-")), nodes=3, die_with_parent=True)
     else:
-        from streams.kafka.broker import LocalBroker
+        from streams.devtools.broker import LocalBroker
 
         kafka = LocalBroker(Path(tempfile.mkdtemp(prefix="tt-bench-broker-")), die_with_parent=True)
     return kafka, kafka.start(timeout=120)
@@ -327,7 +327,7 @@ def alternate(args) -> None:
     broker = None
     bootstrap = args.bootstrap
     if bootstrap is None:
-        from streams.kafka.broker import LocalBroker
+        from streams.devtools.broker import LocalBroker
 
         broker = LocalBroker(Path(tempfile.mkdtemp(prefix="tt-bench-broker-")))
         bootstrap = broker.start()

@@ -45,7 +45,7 @@ sys.path.insert(0, str(REPO))
 from streams.codec import Codec  # noqa: E402
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics  # noqa: E402
 from streams.testing.cohort import generate_cohorts  # noqa: E402
-from streams.worker.process import WorkerProcess, group_lag, produce_events, wait_quiescent  # noqa: E402
+from streams.devtools.worker_process import WorkerProcess, group_lag, produce_events, wait_quiescent  # noqa: E402
 
 CODEC = Codec()
 ERA_JOBS = 200  # jobs of one era of finished cohorts (20 cohorts of 10)
@@ -288,7 +288,7 @@ def main() -> None:
     broker = None
     bootstrap = args.bootstrap
     if not bootstrap:
-        from streams.kafka.broker import LocalBroker
+        from streams.devtools.broker import LocalBroker
 
         broker = LocalBroker(Path(tempfile.mkdtemp(prefix="tt-bench-broker-")), die_with_parent=True)
         bootstrap = broker.start()

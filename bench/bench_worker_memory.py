@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO))
 
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics  # noqa: E402
 from streams.testing.cohort import generate_cohorts  # noqa: E402
-from streams.worker.process import WorkerProcess, produce_events  # noqa: E402
+from streams.devtools.worker_process import WorkerProcess, produce_events  # noqa: E402
 
 
 def rss_kib(pid: int) -> int:
@@ -50,7 +50,7 @@ def main() -> int:
     broker = None
     bootstrap = args.bootstrap
     if bootstrap is None:
-        from streams.kafka.broker import LocalBroker
+        from streams.devtools.broker import LocalBroker
 
         broker = LocalBroker(Path(tempfile.mkdtemp(prefix="tt-bench-broker-")))
         bootstrap = broker.start()

@@ -15,7 +15,9 @@ import json
 
 import click
 
-from streams.cli.common import fail, kafka_options, kafka_settings, operator_errors, topic_prefix_option, topics_for
+from streams.cli.common import (click_options, fail, kafka_options, kafka_settings, operator_errors,
+                                topic_prefix_option, topics_for)
+from streams.worker.settings import APP_ID
 
 ROLES = ("trainer", "processor", "operator", "auditor")
 
@@ -54,9 +56,7 @@ def _print_table(table: list[dict[str, str]]) -> None:
 @kafka_options(start_broker=False)
 @topic_prefix_option
 @_role_options
-@click.option("--app-id", default="traintrace", show_default=True, envvar="TRAINTRACE_APP_ID",
-              help="The workers' Faust app id: the prefix of their consumer groups and internal topics. "
-                   "[env TRAINTRACE_APP_ID]")
+@click_options([APP_ID])
 @click.option("--dry-run/--apply", "dry_run", default=True, show_default=True,
               help="Print the ACLs (default), or create them on the cluster with the admin API.")
 @click.option("--json", "as_json", is_flag=True, help="Print the ACLs as JSON (a list of objects).")

@@ -30,7 +30,7 @@ from streams.cli.common import (
     until_options,
 )
 
-KEYS_ENV = "TRAINTRACE_TRUSTED_KEYS"
+from streams.signing import TRUSTED_KEYS_ENV as KEYS_ENV
 
 
 @click.command()

@@ -1,8 +1,8 @@
 """``traintrace broker``: run a real Apache Kafka 4.x broker locally (one KRaft node, 127.0.0.1),
-or a cluster of them (``--nodes 3``: :class:`streams.kafka.cluster.LocalCluster`).
+or a cluster of them (``--nodes 3``: :class:`streams.devtools.cluster.LocalCluster`).
 
-Thin: everything happens in :mod:`streams.kafka.broker` and :mod:`streams.kafka.cluster`; this module only parses flags,
-shows progress and turns :class:`~streams.kafka.broker.BrokerError` into a one-line message
+Thin: everything happens in :mod:`streams.devtools.broker` and :mod:`streams.devtools.cluster`; this module only parses flags,
+shows progress and turns :class:`~streams.devtools.broker.BrokerError` into a one-line message
 on stderr with exit status 2.
 """
 
@@ -20,8 +20,8 @@ import click
 from rich.console import Console
 
 from streams.cli.common import fail
-from streams.kafka import broker as lib
-from streams.kafka import cluster as cluster_lib
+from streams.devtools import broker as lib
+from streams.devtools import cluster as cluster_lib
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -18,16 +18,19 @@ from rich.console import Console
 from rich.markup import escape
 
 from streams.kafka.settings import BOOTSTRAP_ENV, CONFIG_ENV
+from streams.kafka.topics import PREFIX_ENV
 
 if TYPE_CHECKING:  # imported where used: `traintrace --help` need not load the audit
+    from collections.abc import Sequence
+
     from streams.audit.log import Until
+    from streams.options import Setting
     from streams.core.state import Config
     from streams.kafka.settings import KafkaSettings
     from streams.kafka.topics import TopicNames
 
 F = TypeVar("F", bound=Callable[..., object])
 
-PREFIX_ENV = "TRAINTRACE_TOPIC_PREFIX"
 
 err_console = Console(stderr=True)
 
@@ -142,7 +145,7 @@ def resolve_bootstrap(bootstrap: str | None, start: bool = True) -> tuple[str, b
     """
     if bootstrap:
         return bootstrap, False
-    from streams.kafka.broker import BrokerError, LocalBroker, default_data_dir
+    from streams.devtools.broker import BrokerError, LocalBroker, default_data_dir
 
     broker = LocalBroker(default_data_dir())
     status = broker.status()
@@ -160,7 +163,7 @@ def resolve_bootstrap(bootstrap: str | None, start: bool = True) -> tuple[str, b
 def secure_broker_dir() -> Path:
     """The data directory of the secure local broker of ``traintrace demo --secure``: beside the
     default broker's (``<broker dir>-secure``), so the two run side by side on their own ports."""
-    from streams.kafka.broker import default_data_dir
+    from streams.devtools.broker import default_data_dir
 
     plain = default_data_dir()
     return plain.with_name(plain.name + "-secure")
@@ -170,7 +173,7 @@ def resolve_secure_broker() -> tuple[str, dict[str, str], bool]:
     """The secure local broker of :func:`secure_broker_dir`, started if needed (like
     :func:`resolve_bootstrap` does the default one). Returns (bootstrap, role -> client
     properties file, started_now)."""
-    from streams.kafka.broker import BrokerError, LocalBroker
+    from streams.devtools.broker import BrokerError, LocalBroker
 
     broker = LocalBroker(secure_broker_dir(), secure=True)
     started = False
@@ -242,43 +245,65 @@ def operator_errors() -> Iterator[None]:
 # ---------------------------------------------------------------------------------- the fold
 
 
+def click_options(settings: "Sequence[Setting]") -> Callable[[F], F]:
+    """The command-line options of ``settings`` (:class:`streams.options.Setting`): the same
+    flags, variables, types, bounds, defaults and help as the environment's reading of them
+    (:func:`streams.options.read_env`), with ``[env VAR]`` in each help."""
+
+    def decorate(f: F) -> F:
+        for s in reversed(settings):
+            extra = {"is_flag": True} if s.kind is bool else {"type": _click_type(s), "metavar": s.metavar}
+            f = click.option(*_decls(s), envvar=s.env, default=s.default, help=_help(s),
+                             show_default=s.default_text is None and s.default is not None
+                             and not (s.kind is bool and s.negative is None), **extra)(f)
+        return f
+
+    return decorate
+
+
+def _decls(s: "Setting") -> tuple[str, ...]:
+    return (f"{s.flag}/{s.negative}", s.name) if s.negative else (s.flag,)
+
+
+def _click_type(s: "Setting") -> click.ParamType:
+    kind = s.kind
+    if isinstance(kind, tuple):
+        return click.Choice(list(kind))
+    if kind is Path:
+        return click.Path(path_type=Path, **dict(s.path))
+    if kind is int and (s.minimum is not None or s.maximum is not None):
+        return click.IntRange(min=None if s.minimum is None else int(s.minimum),
+                              max=None if s.maximum is None else int(s.maximum), min_open=s.min_open)
+    if kind is float and (s.minimum is not None or s.maximum is not None):
+        return click.FloatRange(min=s.minimum, max=s.maximum, min_open=s.min_open)
+    return click.INT if kind is int else click.FLOAT if kind is float else click.STRING
+
+
+def _help(s: "Setting") -> str:
+    default = f"; default {s.default_text}" if s.default_text else ""
+    return f"{s.help} [env {s.env}{default}]"
+
+
 def core_options(f: F) -> F:
-    """The tunables of SPEC §5 and the seal policy (:mod:`streams.core.seals`), shared by every
-    command that folds events: a replay must fold with the processor's own settings."""
-    f = click.option("--job-keys", "job_keys", type=click.Path(exists=True, path_type=Path), default=None,
-                     envvar="TRAINTRACE_JOB_KEYS",
-                     help="Issued job keys: a public key file (PEM) or a directory of them (a keyring's "
-                          "trainer/ subdirectory when it has one). A job may then declare only one of "
-                          "these; its events are dead-lettered otherwise. [env TRAINTRACE_JOB_KEYS]")(f)
-    f = click.option("--require-sealed-events", is_flag=True, envvar="TRAINTRACE_REQUIRE_SEALED_EVENTS",
-                     help="Refuse (dead-letter) every job that declares no key in its JobStarted: only "
-                          "sealed jobs are recorded. [env TRAINTRACE_REQUIRE_SEALED_EVENTS]")(f)
-    f = click.option("--taint-margin", type=click.IntRange(min=0), default=0, show_default=True,
-                     envvar="TRAINTRACE_TAINT_MARGIN",
-                     help="T1 taints checkpoints with step >= onset - margin. [env TRAINTRACE_TAINT_MARGIN]")(f)
-    f = click.option("--spike-factor", type=click.FloatRange(min=0, min_open=True), default=3.0,
-                     show_default=True, envvar="TRAINTRACE_SPIKE_FACTOR",
-                     help="A loss above factor x the rolling median is a divergence. "
-                          "[env TRAINTRACE_SPIKE_FACTOR]")(f)
-    f = click.option("--window", type=click.IntRange(min=1), default=10, show_default=True,
-                     envvar="TRAINTRACE_WINDOW",
-                     help="Finite losses in the detector's rolling median. [env TRAINTRACE_WINDOW]")(f)
-    return f
+    """The tunables of SPEC §5 and the seal policy (:data:`streams.options.CORE_SETTINGS`),
+    shared by every command that folds events: a replay must fold with the processor's own
+    settings."""
+    from streams.options import CORE_SETTINGS
+
+    return click_options(CORE_SETTINGS)(f)
 
 
 def core_config(window: int, spike_factor: float, taint_margin: int, require_sealed_events: bool = False,
                 job_keys: Path | None = None) -> "Config":
-    """The :class:`~streams.core.state.Config` of :func:`core_options`."""
-    from streams.core.seals import SealPolicy
-    from streams.core.state import Config
-    from streams.signing import SigningError, issued_job_keys
+    """The :class:`~streams.core.state.Config` of :func:`core_options`; keys that do not load
+    fail (one line)."""
+    from streams.options import core_config as make
 
     try:
-        issued = issued_job_keys(job_keys) if job_keys is not None else frozenset()
-    except SigningError as exc:
-        fail(f"--job-keys {job_keys}: {exc}")
-    return Config(window=window, spike_factor=spike_factor, taint_margin=taint_margin,
-                  seals=SealPolicy(require_sealed=require_sealed_events, issued_keys=issued))
+        return make({"window": window, "spike_factor": spike_factor, "taint_margin": taint_margin,
+                     "require_sealed_events": require_sealed_events, "job_keys": job_keys})
+    except ValueError as exc:
+        fail(str(exc))
 
 
 def until_options(f: F) -> F:

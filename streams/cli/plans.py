@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 import click
+
+from streams.signing import TRUSTED_KEYS_ENV
 from rich.console import Console
 
 from streams.cli.common import (
@@ -24,11 +26,11 @@ from streams.cli.tables import halts_table, plans_table
 @click.option("--json", "as_json", is_flag=True,
               help='Print {"plans": [...], "halts": [...], "signatures": {"checked": ..., "unverified": [...]}} '
                    "(sorted by job_id; the plan shape of SPEC §11 plus command_id).")
-@click.option("--trusted-keys", envvar="TRAINTRACE_TRUSTED_KEYS", default=None, metavar="DIR|FILE",
+@click.option("--trusted-keys", envvar=TRUSTED_KEYS_ENV, default=None, metavar="DIR|FILE",
               type=click.Path(exists=True),
               help="Verify every control record with this keyring (the job clients' one) and leave out, "
                    "listed, the records that do not verify: a forged command is never shown as in force. "
-                   "[env TRAINTRACE_TRUSTED_KEYS]")
+                   "" f"[env {TRUSTED_KEYS_ENV}]")
 @kafka_options(start_broker=False)
 @topic_prefix_option
 def plans(as_json: bool, trusted_keys: str | None, bootstrap: str | None, kafka_config: str | None,

@@ -6,6 +6,8 @@ import time
 from pathlib import Path
 
 import click
+
+from streams.signing import TRUSTED_KEYS_ENV
 from rich.console import Console
 
 from streams.cli.common import (
@@ -27,11 +29,11 @@ PORT_ENV = "TRAINTRACE_UI_PORT"
               help=f"The port the page is served on. [env {PORT_ENV}]")
 @click.option("--host", default="127.0.0.1", show_default=True, envvar="TRAINTRACE_UI_HOST",
               help="The address to listen on (0.0.0.0: every interface). [env TRAINTRACE_UI_HOST]")
-@click.option("--trusted-keys", envvar="TRAINTRACE_TRUSTED_KEYS", default=None, metavar="DIR|FILE",
+@click.option("--trusted-keys", envvar=TRUSTED_KEYS_ENV, default=None, metavar="DIR|FILE",
               type=click.Path(exists=True),
               help="Verify every control record with this keyring (the job clients' one): a record that does "
                    "not verify is never shown as a plan, only listed as left out; without it the page says "
-                   "signatures are not checked. [env TRAINTRACE_TRUSTED_KEYS]")
+                   "signatures are not checked. " f"[env {TRUSTED_KEYS_ENV}]")
 @kafka_options(start_broker=False)
 @topic_prefix_option
 @core_options

@@ -12,7 +12,7 @@ import click
 from rich.markup import escape
 
 from streams.cli.common import (
-    core_config,
+    click_options,
     core_options,
     err_console,
     fail,
@@ -21,6 +21,8 @@ from streams.cli.common import (
     topic_prefix_option,
     topics_for,
 )
+
+from streams.worker.settings import WORKER_SETTINGS
 
 if TYPE_CHECKING:
     from streams.kafka.settings import KafkaSettings
@@ -31,47 +33,7 @@ if TYPE_CHECKING:
 @click.command()
 @kafka_options(start_broker=True)
 @topic_prefix_option
-@click.option("--app-id", envvar="TRAINTRACE_APP_ID", default="traintrace", show_default=True,
-              help="Faust application id (the consumer group). [env TRAINTRACE_APP_ID]")
-@click.option("--partitions", type=click.IntRange(min=1), envvar="TRAINTRACE_PARTITIONS", default=8,
-              show_default=True, help="Partitions of the topics it creates. [env TRAINTRACE_PARTITIONS]")
-@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), envvar="TRAINTRACE_WORKER_DIR",
-              default=None, help="This worker's own data directory (RocksDB tables); one per worker. "
-                                 "[env TRAINTRACE_WORKER_DIR; default .traintrace/worker-<web port>]")
-@click.option("--store", type=click.Choice(["rocksdb", "memory"]), envvar="TRAINTRACE_STORE", default="rocksdb",
-              show_default=True, help="Table store. [env TRAINTRACE_STORE]")
-@click.option("--web-port", type=click.IntRange(min=1, max=65535), envvar="TRAINTRACE_WEB_PORT", default=6066,
-              show_default=True, help="Port of the HTTP views and /metrics. [env TRAINTRACE_WEB_PORT]")
-@click.option("--web-host", envvar="TRAINTRACE_WEB_HOST", default="127.0.0.1", show_default=True,
-              help="Address the HTTP views bind to. [env TRAINTRACE_WEB_HOST]")
-@click.option("--grace-seconds", type=click.FloatRange(min=0), envvar="TRAINTRACE_GRACE_SECONDS", default=30.0,
-              show_default=True,
-              help="How long a consumed checkpoint may stay unrecorded before its job is halted. "
-                   "[env TRAINTRACE_GRACE_SECONDS]")
-@click.option("--ack-timeout", type=click.FloatRange(min=0), envvar="TRAINTRACE_ACK_TIMEOUT", default=300.0,
-              show_default=True, help="Seconds before an unacknowledged command raises an alert. "
-                                      "[env TRAINTRACE_ACK_TIMEOUT]")
-@click.option("--commitment-interval", type=click.FloatRange(min=0.1), envvar="TRAINTRACE_COMMITMENT_INTERVAL",
-              default=10.0, show_default=True, help="Seconds between LineageCommitments of a changed cohort.")
-@click.option("--commit-interval", type=click.FloatRange(min=0.05), envvar="TRAINTRACE_COMMIT_INTERVAL",
-              default=1.0, show_default=True, help="Seconds between offset commits.")
-@click.option("--session-timeout", type=click.FloatRange(min=1.0), envvar="TRAINTRACE_SESSION_TIMEOUT",
-              default=10.0, show_default=True,
-              help="Kafka group session timeout in seconds: how long a dead worker's partitions wait before "
-                   "another worker takes them over.")
-@click.option("--loglevel", type=click.Choice(["crit", "error", "warn", "info", "debug"]),
-              envvar="TRAINTRACE_LOGLEVEL", default="info", show_default=True)
-@click.option("--signing-key", type=click.Path(dir_okay=False, path_type=Path), envvar="TRAINTRACE_SIGNING_KEY",
-              default=None, metavar="FILE",
-              help="Ed25519 private key (PEM, from `traintrace keygen`) to sign every LineageCommitment and every "
-                   "lineage.control record with; unsigned without it (job clients with trusted keys then "
-                   "obey nothing). [env TRAINTRACE_SIGNING_KEY]")
-@click.option("--trusted-keys", type=click.Path(exists=True, path_type=Path), envvar="TRAINTRACE_TRUSTED_KEYS",
-              default=None, metavar="DIR|FILE",
-              help="The keyring the job clients verify control with (processor/ and operator/ public keys): "
-                   "every lineage.control record that does not verify under it raises a CONTROL_FORGED alert "
-                   "on lineage.alerts (this worker's own --signing-key is trusted besides); without it forged "
-                   "control is not watched. [env TRAINTRACE_TRUSTED_KEYS]")
+@click_options(WORKER_SETTINGS)
 @click.option("--reset-data-dir", is_flag=True, envvar="TRAINTRACE_RESET_DATA_DIR",
               help="Take over a data directory of another app id (the worker's state is in Kafka). "
                    "[env TRAINTRACE_RESET_DATA_DIR]")
@@ -88,35 +50,13 @@ if TYPE_CHECKING:
               help="Run even when a topic has fewer replicas than min(3, brokers), min.insync.replicas below 2 "
                    "with 3 replicas, or unclean leader election on: warn instead of refusing. "
                    "[env TRAINTRACE_ALLOW_UNDER_REPLICATED]")
-@click.option("--snapshot-every", type=click.IntRange(min=0), envvar="TRAINTRACE_SNAPSHOT_EVERY", default=20_000,
-              show_default=True,
-              help="Snapshot a partition's changed cohorts to lineage.snapshots once this many events were folded "
-                   "there since the last round (0: never); a worker taking the partition over loads them and "
-                   "re-folds only what came after. [env TRAINTRACE_SNAPSHOT_EVERY]")
-@click.option("--snapshot-interval", type=click.FloatRange(min=0.1), envvar="TRAINTRACE_SNAPSHOT_INTERVAL",
-              default=60.0, show_default=True,
-              help="...or this many seconds after the last round, when anything was folded since. "
-                   "[env TRAINTRACE_SNAPSHOT_INTERVAL]")
-@click.option("--evict-settled/--keep-settled", "evict_settled", envvar="TRAINTRACE_EVICT_SETTLED", default=False,
-              show_default=True,
-              help="Let a settled cohort (every job finished, every plan acknowledged) leave memory after its "
-                   "snapshot until its next event: memory then follows the active cohorts, and the HTTP views "
-                   "(/jobs, /incidents, /plans) show only the cohorts in memory. [env TRAINTRACE_EVICT_SETTLED]")
-@click.option("--watchdog-seconds", type=click.FloatRange(min=0), envvar="TRAINTRACE_WATCHDOG_SECONDS", default=180.0,
-              show_default=True,
-              help="Exit with status 70 (stacks dumped) when records wait on an owned partition and none was "
-                   "processed for this long while every dependency answers, or when the event loop stops "
-                   "turning: a wedged worker is restarted by its supervisor; 0: off. "
-                   "[env TRAINTRACE_WATCHDOG_SECONDS]")
 @click.option("--supervise", is_flag=True, envvar="TRAINTRACE_SUPERVISE",
               help="Restart the worker whenever it dies (it is crash-only: a crash exits with status 70), "
                    "with a backoff of 1 s doubling to 30 s; for hosts without a supervisor of their own "
                    "(Kubernetes, systemd Restart=on-failure restart it themselves). [env TRAINTRACE_SUPERVISE]")
 @core_options
-def worker(bootstrap, kafka_config, topic_prefix, app_id, partitions, data_dir, store, web_port, web_host, grace_seconds, ack_timeout,
-           commitment_interval, commit_interval, session_timeout, loglevel, signing_key, trusted_keys, reset_data_dir,
-           retention_ms, allow_finite_retention, allow_under_replicated, snapshot_every, snapshot_interval,
-           evict_settled, watchdog_seconds, supervise, window, spike_factor, taint_margin, require_sealed_events, job_keys) -> None:
+def worker(bootstrap, kafka_config, topic_prefix, reset_data_dir, retention_ms, allow_finite_retention,
+           allow_under_replicated, supervise, **values) -> None:
     """Run a processor worker: route lineage.events by cohort, fold each cohort through the
     lineage core, publish commands, manifests, alerts and commitments.
 
@@ -132,9 +72,9 @@ def worker(bootstrap, kafka_config, topic_prefix, app_id, partitions, data_dir, 
         from streams.worker.supervise import supervise as run_supervised
 
         sys.exit(run_supervised([sys.executable, "-m", "streams", *sys.argv[1:]]))
-    key_note = _key_note(signing_key)  # fail before starting anything when the key is unusable
-    key_note += ", " + _watch_note(trusted_keys)
-    if store == "rocksdb":  # the default store: its library comes with the worker extra
+    key_note = _key_note(values["signing_key"])  # fail before starting anything when the key is unusable
+    key_note += ", " + _watch_note(values["trusted_keys"])
+    if values["store"] == "rocksdb":  # the default store: its library comes with the worker extra
         from streams.cli.extras import fail_missing, missing
 
         if missing(("rocksdict",)):
@@ -143,24 +83,18 @@ def worker(bootstrap, kafka_config, topic_prefix, app_id, partitions, data_dir, 
         fail("--retention-ms 0 would delete the audit trail at once: give milliseconds > 0, or -1 to keep everything")
     kafka = kafka_settings(bootstrap, kafka_config, start_broker=True)
     topics = topics_for(topic_prefix)
-    _prepare_topics(kafka, topics, app_id, partitions, retention_ms, allow_finite_retention,
-                    allow_under_replicated)
     from streams.worker.settings import WorkerSettings
 
-    settings = WorkerSettings(
-        bootstrap=kafka.bootstrap, topics=topics, app_id=app_id, partitions=partitions,
-        data_dir=data_dir or Path(f".traintrace/worker-{web_port}"),
-        store=f"{store}://", web_port=web_port, web_host=web_host,
-        core=core_config(window, spike_factor, taint_margin, require_sealed_events, job_keys),
-        grace_ms=int(grace_seconds * 1000), ack_timeout_ms=int(ack_timeout * 1000),
-        commitment_interval_s=commitment_interval, commit_interval_s=commit_interval,
-        session_timeout_s=session_timeout, loglevel=loglevel,
-        signing_key=signing_key, trusted_keys=trusted_keys, kafka=kafka, snapshot_every=snapshot_every,
-        snapshot_interval_s=snapshot_interval, evict_settled=evict_settled, watchdog_s=watchdog_seconds,
-    )
+    try:
+        settings = WorkerSettings.from_values(values, bootstrap=kafka.bootstrap, topics=topics, kafka=kafka)
+    except ValueError as exc:  # job keys that do not load
+        fail(str(exc))
+    _prepare_topics(kafka, topics, settings.app_id, settings.partitions, retention_ms, allow_finite_retention,
+                    allow_under_replicated)
     _prepare_data_dir(settings, reset_data_dir)
     err_console.print(f"traintrace worker: Kafka {kafka.bootstrap}, topics {topics.events} -> {topics.control}, "
-                      f"web http://{web_host}:{web_port}, data {settings.data_dir}, {key_note}", highlight=False)
+                      f"web http://{settings.web_host}:{settings.web_port}, data {settings.data_dir}, {key_note}",
+                      highlight=False)
     run_worker(settings)
 
 

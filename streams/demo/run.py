@@ -48,7 +48,7 @@ from streams.demo.state import DemoState
 from streams.demo.workers import (launch_workers, stop_workers, wait_group_ready, wait_workers_ready,
                                   worker_views)
 from streams.kafka.topics import ensure_topics, standard_topics
-from streams.worker.process import wait_quiescent
+from streams.devtools.worker_process import wait_quiescent
 
 __all__ = ["run_demo"]
 

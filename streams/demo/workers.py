@@ -14,7 +14,7 @@ from typing import Any
 from streams.demo.errors import DemoError
 from streams.demo.roles import DemoKafka
 from streams.kafka.settings import KafkaSettings
-from streams.worker.process import WorkerProcess
+from streams.devtools.worker_process import WorkerProcess
 
 log = logging.getLogger("traintrace.demo")
 

@@ -20,6 +20,9 @@ from streams.kafka.retry import is_transient, retry_transient
 from streams.kafka.settings import KafkaSettings
 
 
+#: the variable of the topic names' prefix (``--topic-prefix``)
+PREFIX_ENV = "TRAINTRACE_TOPIC_PREFIX"
+
 _TOPIC_FIELDS = ("events", "control", "alerts", "manifests", "commitments", "dlq", "by_cohort", "checkpoints",
                  "job_cohorts", "snapshots")
 
@@ -52,7 +55,7 @@ class TopicNames:
     def from_env(cls, prefix: str | None = None) -> "TopicNames":
         base = cls()
         if prefix is None:
-            prefix = os.environ.get("TRAINTRACE_TOPIC_PREFIX", "")
+            prefix = os.environ.get(PREFIX_ENV, "")
         return cls(**{
             name: prefix + os.environ.get(f"TRAINTRACE_TOPIC_{name.upper()}", getattr(base, name))
             for name in _TOPIC_FIELDS

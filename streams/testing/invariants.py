@@ -213,7 +213,7 @@ def check_pipeline(bootstrap: str, topics: TopicNames, app_id: str, log: str, po
                    allow_copies: bool = True, grace_s: float = 0.0, settle_timeout: float = 180.0,
                    trusted_keys: Any = None) -> dict:
     """Every invariant above, once the pipeline has settled: the group's committed offsets reach
-    the end of both inputs (:func:`~streams.worker.process.wait_quiescent`, again after a grace
+    the end of both inputs (:func:`~streams.devtools.worker_process.wait_quiescent`, again after a grace
     period ``grace_s`` whose tick may still be running), every valid event routed once and in
     order, the DLQ exactly the ``poison`` records, live equals ``analyze`` of the events file
     ``log``, no command id with two contents, and ``audit`` of the topics passes (snapshots
@@ -223,7 +223,7 @@ def check_pipeline(bootstrap: str, topics: TopicNames, app_id: str, log: str, po
     from streams.audit.analyze import analyze_file
     from streams.audit.audit import audit
     from streams.audit.log import load_topics
-    from streams.worker.process import wait_quiescent
+    from streams.devtools.worker_process import wait_quiescent
 
     wait_quiescent(bootstrap, app_id, topics, timeout=settle_timeout)
     if grace_s:

@@ -5,16 +5,71 @@ from __future__ import annotations
 import os
 import re
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from streams.kafka.settings import BOOTSTRAP_ENV, KafkaSettings
-from streams.kafka.topics import TopicNames
-from streams.core.seals import SealPolicy
 from streams.core.state import Config
+from streams.kafka.settings import BOOTSTRAP_ENV, KafkaSettings
+from streams.kafka.topics import PREFIX_ENV, TopicNames
+from streams.options import CORE_SETTINGS, JOB_KEYS, Setting, core_config, read_env
+from streams.signing import SIGNING_KEY_ENV, TRUSTED_KEYS_ENV
 
-#: where ``WorkerSettings.from_env`` looks when neither KAFKA_BOOTSTRAP_SERVERS is set nor the
-#: local broker (``traintrace broker start``) runs: the Docker broker's address
+
+#: the worker's settings, declared once: ``traintrace worker``'s options are made of them
+#: (``streams.cli.common.click_options``), and so is :meth:`WorkerSettings.from_env`
+APP_ID = Setting("--app-id", "TRAINTRACE_APP_ID", str, "traintrace",
+                 "Faust application id: the workers' consumer group, the prefix of their internal topics.")
+WORKER_SETTINGS: tuple[Setting, ...] = (
+    APP_ID,
+    Setting("--partitions", "TRAINTRACE_PARTITIONS", int, 8, "Partitions of the topics it creates.", minimum=1),
+    Setting("--data-dir", "TRAINTRACE_WORKER_DIR", Path, None,
+            "This worker's own data directory (RocksDB tables); one per worker.",
+            path=(("file_okay", False),), default_text=".traintrace/worker-<web port>"),
+    Setting("--store", "TRAINTRACE_STORE", ("rocksdb", "memory"), "rocksdb", "Table store."),
+    Setting("--web-port", "TRAINTRACE_WEB_PORT", int, 6066, "Port of the HTTP views and /metrics.",
+            minimum=1, maximum=65535),
+    Setting("--web-host", "TRAINTRACE_WEB_HOST", str, "127.0.0.1", "Address the HTTP views bind to."),
+    Setting("--grace-seconds", "TRAINTRACE_GRACE_SECONDS", float, 30.0,
+            "How long a consumed checkpoint may stay unrecorded before its job is halted.", minimum=0),
+    Setting("--ack-timeout", "TRAINTRACE_ACK_TIMEOUT", float, 300.0,
+            "Seconds before an unacknowledged command raises an alert.", minimum=0),
+    Setting("--commitment-interval", "TRAINTRACE_COMMITMENT_INTERVAL", float, 10.0,
+            "Seconds between LineageCommitments of a changed cohort.", minimum=0.1),
+    Setting("--commit-interval", "TRAINTRACE_COMMIT_INTERVAL", float, 1.0, "Seconds between offset commits.",
+            minimum=0.05),
+    Setting("--session-timeout", "TRAINTRACE_SESSION_TIMEOUT", float, 10.0,
+            "Kafka group session timeout in seconds: how long a dead worker's partitions wait before another "
+            "worker takes them over.", minimum=1.0),
+    Setting("--loglevel", "TRAINTRACE_LOGLEVEL", ("crit", "error", "warn", "info", "debug"), "info", "Log level."),
+    Setting("--signing-key", SIGNING_KEY_ENV, Path, None,
+            "Ed25519 private key (PEM, from `traintrace keygen`) to sign every LineageCommitment and every "
+            "lineage.control record with; unsigned without it (job clients with trusted keys then obey "
+            "nothing).", metavar="FILE", path=(("dir_okay", False),)),
+    Setting("--trusted-keys", TRUSTED_KEYS_ENV, Path, None,
+            "The keyring the job clients verify control with (processor/ and operator/ public keys): every "
+            "lineage.control record that does not verify under it raises a CONTROL_FORGED alert on "
+            "lineage.alerts (this worker's own --signing-key is trusted besides); without it forged control "
+            "is not watched.", metavar="DIR|FILE", path=(("exists", True),)),
+    Setting("--snapshot-every", "TRAINTRACE_SNAPSHOT_EVERY", int, 20_000,
+            "Snapshot a partition's changed cohorts to lineage.snapshots once this many events were folded "
+            "there since the last round (0: never); a worker taking the partition over loads them and "
+            "re-folds only what came after.", minimum=0),
+    Setting("--snapshot-interval", "TRAINTRACE_SNAPSHOT_INTERVAL", float, 60.0,
+            "...or this many seconds after the last round, when anything was folded since.", minimum=0.1),
+    Setting("--evict-settled", "TRAINTRACE_EVICT_SETTLED", bool, False,
+            "Let a settled cohort (every job finished, every plan acknowledged) leave memory after its "
+            "snapshot until its next event: memory then follows the active cohorts, and the HTTP views "
+            "(/jobs, /incidents, /plans) show only the cohorts in memory.", negative="--keep-settled"),
+    Setting("--watchdog-seconds", "TRAINTRACE_WATCHDOG_SECONDS", float, 180.0,
+            "Exit with status 70 (stacks dumped) when records wait on an owned partition and none was "
+            "processed for this long while every dependency answers, or when the event loop stops turning: "
+            "a wedged worker is restarted by its supervisor; 0: off.", minimum=0),
+)
+
+#: where ``WorkerSettings.from_env`` looks when KAFKA_BOOTSTRAP_SERVERS is not set (and no
+#: other default is given): the Docker broker's address
 FALLBACK_BOOTSTRAP = "localhost:9092"
 
 
@@ -91,93 +146,39 @@ class WorkerSettings:
             self.kafka = self.kafka.with_client_id(self.client_id)
 
     @classmethod
-    def from_env(cls) -> "WorkerSettings":
-        """The settings ``traintrace worker`` takes without flags, from the same variables and
-        with the same defaults (see ``traintrace worker --help``). Starts nothing: without
-        ``KAFKA_BOOTSTRAP_SERVERS`` the bootstrap is the local broker's if it runs, else
-        ``localhost:9092``. An invalid value raises ValueError naming its variable."""
-        env = os.environ
-
-        def get(name: str, conv, default):
-            raw = env.get(name)
-            if raw is None or raw == "":
-                return default
-            try:
-                return conv(raw)
-            except ValueError as exc:
-                raise ValueError(f"{name}={raw!r}: {exc}") from None
-
-        def positive(conv, minimum):
-            def parse(raw: str):
-                value = conv(raw)
-                if value < minimum:
-                    raise ValueError(f"must be >= {minimum}")
-                return value
-            return parse
-
-        def choice(*allowed: str):
-            def parse(raw: str) -> str:
-                if raw not in allowed:
-                    raise ValueError(f"must be one of {', '.join(allowed)}")
-                return raw
-            return parse
-
-        web_port = get("TRAINTRACE_WEB_PORT", positive(int, 1), 6066)
-        if web_port > 65535:
-            raise ValueError(f"TRAINTRACE_WEB_PORT={web_port}: must be <= 65535")
-        signing_key = get("TRAINTRACE_SIGNING_KEY", Path, None)
+    def from_values(cls, values: Mapping[str, Any], *, bootstrap: str, topics: TopicNames,
+                    kafka: KafkaSettings | None = None) -> "WorkerSettings":
+        """The settings of the values of :data:`WORKER_SETTINGS` and
+        :data:`~streams.options.CORE_SETTINGS` (by name), however they were read: the command
+        line's options (``traintrace worker``) or an environment (:meth:`from_env`).
+        ValueError when ``--job-keys`` do not load."""
+        web_port = values["web_port"]
         return cls(
-            bootstrap=env.get(BOOTSTRAP_ENV) or _local_bootstrap() or FALLBACK_BOOTSTRAP,
-            topics=TopicNames.from_env(env.get("TRAINTRACE_TOPIC_PREFIX", "")),
-            app_id=env.get("TRAINTRACE_APP_ID") or "traintrace",
-            partitions=get("TRAINTRACE_PARTITIONS", positive(int, 1), 8),
-            data_dir=get("TRAINTRACE_WORKER_DIR", Path, Path(f".traintrace/worker-{web_port}")),
-            store=get("TRAINTRACE_STORE", choice("rocksdb", "memory"), "rocksdb") + "://",
-            web_host=env.get("TRAINTRACE_WEB_HOST") or "127.0.0.1",
-            web_port=web_port,
-            core=Config(window=get("TRAINTRACE_WINDOW", positive(int, 1), 10),
-                        spike_factor=get("TRAINTRACE_SPIKE_FACTOR", float, 3.0),
-                        taint_margin=get("TRAINTRACE_TAINT_MARGIN", positive(int, 0), 0),
-                        seals=SealPolicy(require_sealed=get("TRAINTRACE_REQUIRE_SEALED_EVENTS", _flag, False),
-                                         issued_keys=get("TRAINTRACE_JOB_KEYS", _job_keys, frozenset()))),
-            grace_ms=int(get("TRAINTRACE_GRACE_SECONDS", positive(float, 0), 30.0) * 1000),
-            ack_timeout_ms=int(get("TRAINTRACE_ACK_TIMEOUT", positive(float, 0), 300.0) * 1000),
-            commitment_interval_s=get("TRAINTRACE_COMMITMENT_INTERVAL", positive(float, 0.1), 10.0),
-            commit_interval_s=get("TRAINTRACE_COMMIT_INTERVAL", positive(float, 0.05), 1.0),
-            session_timeout_s=get("TRAINTRACE_SESSION_TIMEOUT", positive(float, 1.0), 10.0),
-            watchdog_s=get("TRAINTRACE_WATCHDOG_SECONDS", positive(float, 0), 180.0),
-            loglevel=get("TRAINTRACE_LOGLEVEL", choice("crit", "error", "warn", "info", "debug"), "info"),
-            signing_key=signing_key,
-            trusted_keys=get("TRAINTRACE_TRUSTED_KEYS", Path, None),
-            snapshot_every=get("TRAINTRACE_SNAPSHOT_EVERY", positive(int, 0), 20_000),
-            snapshot_interval_s=get("TRAINTRACE_SNAPSHOT_INTERVAL", positive(float, 0.1), 60.0),
-            evict_settled=get("TRAINTRACE_EVICT_SETTLED", _flag, False),
+            bootstrap=bootstrap, topics=topics, app_id=values["app_id"], partitions=values["partitions"],
+            data_dir=values["data_dir"] or Path(f".traintrace/worker-{web_port}"),
+            store=f"{values['store']}://", web_host=values["web_host"], web_port=web_port,
+            core=core_config(values),
+            grace_ms=int(values["grace_seconds"] * 1000), ack_timeout_ms=int(values["ack_timeout"] * 1000),
+            commitment_interval_s=values["commitment_interval"], commit_interval_s=values["commit_interval"],
+            session_timeout_s=values["session_timeout"], watchdog_s=values["watchdog_seconds"],
+            loglevel=values["loglevel"], signing_key=values["signing_key"], trusted_keys=values["trusted_keys"],
+            snapshot_every=values["snapshot_every"], snapshot_interval_s=values["snapshot_interval"],
+            evict_settled=values["evict_settled"], kafka=kafka,
         )
 
-
-def _flag(raw: str) -> bool:
-    low = raw.strip().lower()
-    if low in ("1", "true", "yes", "on"):
-        return True
-    if low in ("0", "false", "no", "off"):
-        return False
-    raise ValueError("must be one of 1, true, yes, on, 0, false, no, off")
-
-
-def _job_keys(raw: str) -> frozenset[str]:
-    from streams.signing import SigningError, issued_job_keys
-
-    try:
-        return issued_job_keys(raw)
-    except SigningError as exc:
-        raise ValueError(str(exc)) from exc
-
-
-def _local_bootstrap() -> str | None:
-    """The bootstrap of the local broker (``traintrace broker start``) if it runs; never starts it."""
-    try:
-        from streams.kafka.broker import LocalBroker, default_data_dir
-
-        return LocalBroker(default_data_dir()).status().get("bootstrap")
-    except Exception:  # noqa: BLE001 - no local broker record: not an error here
-        return None
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None,
+                 default_bootstrap: str = FALLBACK_BOOTSTRAP) -> "WorkerSettings":
+        """The settings ``traintrace worker`` takes without flags, from the same variables
+        (``env``, the process's environment by default: pass it from an entry point) and with the
+        same defaults (one declaration: :data:`WORKER_SETTINGS`). Starts nothing: without
+        ``KAFKA_BOOTSTRAP_SERVERS`` the bootstrap is ``default_bootstrap`` (an entry point may
+        pass the local broker's, ``streams.devtools.broker.running_bootstrap``). An invalid
+        value raises ValueError naming its variable."""
+        env = os.environ if env is None else env
+        values = read_env(WORKER_SETTINGS + CORE_SETTINGS, env)
+        try:
+            return cls.from_values(values, bootstrap=env.get(BOOTSTRAP_ENV) or default_bootstrap,
+                                   topics=TopicNames.from_env(env.get(PREFIX_ENV, "")))
+        except ValueError as exc:  # the job keys: name the variable they came from
+            raise ValueError(f"{JOB_KEYS.env}: {exc}") from None

@@ -1,7 +1,7 @@
 """The fault suite's fixtures: one three-node cluster for the whole session, every broker back
 after every case, and the table of recovery times at the end.
 
-The cluster (:class:`streams.kafka.cluster.LocalCluster`, combined KRaft nodes) is started here
+The cluster (:class:`streams.devtools.cluster.LocalCluster`, combined KRaft nodes) is started here
 whatever ``KAFKA_BOOTSTRAP_SERVERS`` says: the cases kill, pause and restart its nodes. Its JVMs
 die with this process (``die_with_parent``); the parent of a node is the *thread* that launched
 it, so nodes are only ever (re)started from the test's main thread. Without Java 17+ (or, on the
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from streams.kafka.broker import BrokerError, JavaMissing, MavenMissing
-from streams.kafka.cluster import LocalCluster
+from streams.devtools.broker import BrokerError, JavaMissing, MavenMissing
+from streams.devtools.cluster import LocalCluster
 from tests.faults.harness import RESULTS, Case
 
 _HERE = Path(__file__).resolve().parent

@@ -205,7 +205,7 @@ class Case:
         import uuid
 
         from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
-        from streams.worker.process import WorkerProcess
+        from streams.devtools.worker_process import WorkerProcess
 
         self.name, self.cluster, self.tmp = name, cluster, tmp
         self.bootstrap = cluster.bootstrap
@@ -244,7 +244,7 @@ class Case:
 
     def finish(self, extra_log: list[dict] | None = None) -> dict[str, Any]:
         from streams.testing.invariants import check_pipeline
-        from streams.worker.process import wait_quiescent
+        from streams.devtools.worker_process import wait_quiescent
 
         self.feeder.join(180)
         assert not self.feeder.is_alive(), "the feeder did not finish within 180 s"

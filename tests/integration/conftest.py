@@ -1,7 +1,7 @@
 """Fixtures for tests against a real Kafka broker.
 
 ``kafka_bootstrap`` uses ``KAFKA_BOOTSTRAP_SERVERS`` when it is set; otherwise it starts one
-:class:`streams.kafka.broker.LocalBroker` (a real Apache Kafka 4.x KRaft node on 127.0.0.1)
+:class:`streams.devtools.broker.LocalBroker` (a real Apache Kafka 4.x KRaft node on 127.0.0.1)
 in the session's temporary directory and stops it when the session ends. Without Java 17+ (or,
 on the very first run, Maven) those tests are skipped with the reason.
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from streams.kafka.broker import BrokerError, JavaMissing, LocalBroker, MavenMissing
+from streams.devtools.broker import BrokerError, JavaMissing, LocalBroker, MavenMissing
 from tests.integration.frameworks import lineage_cohort  # noqa: F401 - the framework tests' fixture
 
 _HERE = Path(__file__).resolve().parent
@@ -140,7 +140,7 @@ def pipeline(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., Any
     """``make(workers=2, partitions=4, extra_args=()) -> (topics, app_id, workers)``: fresh
     topics under a new prefix, a new app id and N running worker processes (killed at the end)."""
     from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
-    from streams.worker.process import WorkerProcess
+    from streams.devtools.worker_process import WorkerProcess
 
     started: list[WorkerProcess] = []
 

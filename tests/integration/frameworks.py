@@ -25,7 +25,7 @@ from click.testing import CliRunner
 
 from streams.client import JobClient
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
-from streams.worker.process import WorkerProcess, wait_quiescent
+from streams.devtools.worker_process import WorkerProcess, wait_quiescent
 
 
 @dataclass

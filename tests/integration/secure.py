@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import pytest
 
-from streams.kafka.broker import BrokerError, JavaMissing, LocalBroker, MavenMissing
+from streams.devtools.broker import BrokerError, JavaMissing, LocalBroker, MavenMissing
 from streams.kafka.settings import KafkaSettings
 
 

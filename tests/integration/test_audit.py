@@ -31,7 +31,7 @@ from streams.audit.log import Until, load_archive, load_topics
 from streams.audit.export import export
 from streams.operators.publish import publish_file
 from streams.testing.cohort import chain_events, generate_cohorts
-from streams.worker.process import WorkerProcess, wait_quiescent
+from streams.devtools.worker_process import WorkerProcess, wait_quiescent
 
 CODEC = Codec()
 SCENARIOS = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios"

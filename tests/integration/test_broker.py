@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
-from streams.kafka.broker import LocalBroker, PortInUse, find_running_broker, read_record
+from streams.devtools.broker import LocalBroker, PortInUse, find_running_broker, read_record
 
 
 def test_fixture_broker_answers_metadata(kafka_bootstrap: str) -> None:

@@ -29,7 +29,7 @@ from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
 from streams.codec import Codec
 from streams.testing.cohort import generate_cohorts, interleave_cohorts, seal_events
 from streams.testing.invariants import check_pipeline
-from streams.worker.process import WorkerProcess
+from streams.devtools.worker_process import WorkerProcess
 
 CODEC = Codec()
 GRACE_S = 4

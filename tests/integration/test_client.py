@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.kafka.broker import LocalBroker, pick_free_port
+from streams.devtools.broker import LocalBroker, pick_free_port
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
 from streams.kafka.reader import read_to_end
@@ -35,7 +35,7 @@ from streams.core.chain import GENESIS, verify_link
 from streams.core.events import parse_event
 from streams.operators.plans import effective_plans
 from streams.operators.release import release_job
-from streams.worker.process import WorkerProcess, free_port, wait_quiescent
+from streams.devtools.worker_process import WorkerProcess, free_port, wait_quiescent
 from tests.integration.waits import WAIT, until
 
 CODEC = Codec()

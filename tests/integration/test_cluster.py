@@ -13,8 +13,8 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from streams.kafka.broker import BrokerError, JavaMissing, MavenMissing
-from streams.kafka.cluster import LocalCluster
+from streams.devtools.broker import BrokerError, JavaMissing, MavenMissing
+from streams.devtools.cluster import LocalCluster
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import (
     TopicNames,

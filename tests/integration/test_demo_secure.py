@@ -28,7 +28,7 @@ import pytest
 
 from streams.demo.leftovers import delete_run_topics
 from streams.demo.roles import DemoKafka
-from streams.kafka.broker import BrokerError, JavaMissing, LocalBroker, MavenMissing
+from streams.devtools.broker import BrokerError, JavaMissing, LocalBroker, MavenMissing
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 480

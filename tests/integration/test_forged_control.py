@@ -50,7 +50,7 @@ from click.testing import CliRunner
 
 from streams.cli.main import cli
 from streams.testing.invariants import alert_records
-from streams.worker.process import WorkerProcess, free_port, wait_quiescent
+from streams.devtools.worker_process import WorkerProcess, free_port, wait_quiescent
 from tests.integration.waits import until
 
 CODEC = Codec()

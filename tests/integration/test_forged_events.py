@@ -35,7 +35,7 @@ from streams.kafka.reader import read_to_end
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
 from streams.testing.sealed import SealedJob
-from streams.worker.process import WorkerProcess, wait_quiescent
+from streams.devtools.worker_process import WorkerProcess, wait_quiescent
 from tests.integration.waits import until
 
 CODEC = Codec()

@@ -25,7 +25,7 @@ from streams.codec.headers import (
 )
 from streams.operators.publish import publish_file
 from streams.operators.release import release_job
-from streams.worker.process import produce_events, wait_quiescent
+from streams.devtools.worker_process import produce_events, wait_quiescent
 
 CODEC = Codec()
 SCENARIOS = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios"

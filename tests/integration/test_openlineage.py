@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from streams.cli.main import cli
 from streams.operators.publish import publish_file
 from streams.openlineage.mapping import run_id
-from streams.worker.process import wait_quiescent
+from streams.devtools.worker_process import wait_quiescent
 from tests.unit.test_openlineage import SPEC, assert_valid
 
 pytestmark = pytest.mark.integration

@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka.admin import AdminClient
 
-from streams.kafka.broker import pick_free_port
+from streams.devtools.broker import pick_free_port
 from streams.files.jsonl import LineError, read_events
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics

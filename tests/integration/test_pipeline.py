@@ -21,7 +21,7 @@ from streams.operators.plans import effective_plans
 from streams.operators.publish import publish_file
 from streams.testing.invariants import assert_commands_consistent, assert_live_equals_offline
 from streams.testing.cohort import generate_cohorts
-from streams.worker.process import wait_quiescent
+from streams.devtools.worker_process import wait_quiescent
 
 CODEC = Codec()
 SCENARIOS = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios"

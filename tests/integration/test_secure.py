@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from streams.kafka import reader
-from streams.kafka.broker import LocalBroker
+from streams.devtools.broker import LocalBroker
 from streams.kafka.errors import KafkaAuthenticationError, KafkaAuthorizationError, KafkaTlsError
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics

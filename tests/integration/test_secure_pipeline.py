@@ -29,10 +29,10 @@ from click.testing import CliRunner
 
 from streams.cli.main import cli
 from streams.client import ControlCommand, JobClient
-from streams.kafka.broker import LocalBroker
+from streams.devtools.broker import LocalBroker
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
 from streams.signing import write_keypair
-from streams.worker.process import WorkerProcess, wait_quiescent
+from streams.devtools.worker_process import WorkerProcess, wait_quiescent
 from tests.integration.waits import WAIT, until
 
 from secure import role, role_env, secure_broker  # noqa: F401  (the module's secure broker)

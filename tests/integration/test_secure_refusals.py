@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.kafka.broker import LocalBroker
+from streams.devtools.broker import LocalBroker
 from streams.kafka.errors import KafkaAuthorizationError
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
@@ -94,7 +94,7 @@ def test_release_by_a_role_that_may_not_is_one_line(secure_broker: LocalBroker, 
 
 @pytest.mark.parametrize("who", ["trainer", "operator", "auditor"])
 def test_a_worker_run_by_a_role_that_may_not_is_one_line(secure_broker: LocalBroker, topics, tmp_path, who):
-    from streams.kafka.broker import pick_free_port
+    from streams.devtools.broker import pick_free_port
 
     r = traintrace(role_env(secure_broker, who), "worker", "--store", "memory", "--web-port", str(pick_free_port()),
                    "--data-dir", str(tmp_path / "w"), cwd=tmp_path)

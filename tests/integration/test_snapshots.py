@@ -24,7 +24,7 @@ from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
 from streams.testing.cohort import generate_cohorts
 from streams.testing.invariants import check_pipeline
-from streams.worker.process import WorkerProcess, produce_events, wait_quiescent
+from streams.devtools.worker_process import WorkerProcess, produce_events, wait_quiescent
 
 CODEC = Codec()
 SNAP_ARGS = ["--snapshot-every", "150", "--snapshot-interval", "0.5", "--commit-interval", "0.2",

@@ -25,7 +25,7 @@ from streams.kafka.topics import (
     retention_findings,
     standard_topics,
 )
-from streams.worker.process import WorkerProcess
+from streams.devtools.worker_process import WorkerProcess
 
 WEEK_MS = "604800000"
 

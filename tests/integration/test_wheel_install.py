@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from streams.kafka.topics import TopicNames
-from streams.worker.process import WorkerProcess, wait_quiescent
+from streams.devtools.worker_process import WorkerProcess, wait_quiescent
 from tests.integration.waits import until
 from tests.unit.vectors import load_expected, mismatches, scenarios_dir
 

@@ -1,4 +1,4 @@
-"""Pure pieces of streams.kafka.broker: no Java, no Maven, no broker."""
+"""Pure pieces of streams.devtools.broker: no Java, no Maven, no broker."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.kafka import broker as b
+from streams.devtools import broker as b
 
 
 def _parse(text: str) -> dict[str, str]:

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from streams.kafka import broker
-from streams.kafka.broker import BrokerError, LocalBroker, PortInUse, server_properties
-from streams.kafka.cluster import (
+from streams.devtools import broker
+from streams.devtools.broker import BrokerError, LocalBroker, PortInUse, server_properties
+from streams.devtools.cluster import (
     ClusterNode,
     LocalCluster,
     cluster_properties,

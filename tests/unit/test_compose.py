@@ -18,7 +18,7 @@ import pytest
 
 yaml = pytest.importorskip("yaml")
 
-from streams.kafka import broker  # noqa: E402
+from streams.devtools import broker  # noqa: E402
 from streams.kafka.topics import AUDIT_TOPICS, TopicNames, standard_topics  # noqa: E402
 from streams.cli.worker import worker as worker_command  # noqa: E402
 
@@ -269,7 +269,7 @@ def test_three_combined_nodes_form_one_quorum():
 
 
 def test_nodes_replicate_like_the_local_cluster():
-    from streams.kafka.cluster import cluster_properties
+    from streams.devtools.cluster import cluster_properties
 
     want = cluster_properties(3)
     for name in KAFKA_NODES:

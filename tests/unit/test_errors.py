@@ -38,7 +38,7 @@ def test_every_public_exception_is_a_traintrace_error():
 def test_families_stay_what_callers_catch():
     from streams.codec import DecodeError
     from streams.files.jsonl import JsonlError
-    from streams.kafka.broker import BrokerError
+    from streams.devtools.broker import BrokerError
     from streams.kafka.errors import KafkaAdapterError
     from streams.kafka.reader import ReaderError
 

@@ -8,8 +8,9 @@ import ssl
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from streams.kafka import acls, secure, security
-from streams.kafka.broker import server_properties
+from streams.devtools import secure
+from streams.kafka import acls, security
+from streams.devtools.broker import server_properties
 from streams.kafka.errors import KafkaAdapterError, KafkaAuthenticationError, KafkaAuthorizationError, KafkaTlsError
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames

@@ -22,7 +22,8 @@ RANKS: dict[str, int] = {
     "referee": 2,       # decisions -> records, Kafka-free
     "files": 2,         # JSON Lines, archives, atomic writes
     "signing": 3,       # Ed25519 keys and commitment signatures
-    "kafka": 3,         # every Kafka client, from one settings object; topics; the local broker
+    "options": 3,       # settings declared once: flag, variable, type, bounds, default, help
+    "kafka": 3,         # every Kafka client, from one settings object; topics; ACLs
     "worker": 4,        # the Faust worker
     "audit": 4,         # the log an auditor reads, the audit, proofs, export, as-of
     "operators": 4,     # publish, plans, release, alerts
@@ -30,6 +31,7 @@ RANKS: dict[str, int] = {
     "integrations": 5,  # the job client inside PyTorch, HF Trainer, Lightning, Ray Tune
     "report": 5,        # the incident report (HTML/SVG/PNG)
     "demo": 5,          # the numpy demo, the smoke test, the worked example
+    "devtools": 5,      # the laptop's and the tests': local broker and cluster, a worker subprocess
     "openlineage": 5,   # OpenLineage RunEvents out: mapping, facets, the client's transports, the follower
     "testing": 6,       # generators and invariants for tests and benchmarks
     "ui": 5,            # the live lineage page: a follower of the topics, served over HTTP
@@ -113,4 +115,21 @@ def test_pure_packages_import_no_io(package):
         for module, line, _names in _imports(tree):
             if module.split(".")[0] in IO_LIBS:
                 bad.append(f"streams/{rel}:{line} imports {module}")
+    assert not bad, "\n".join(bad)
+
+
+#: who may import the development tooling (``streams/devtools``): the command line, the demo,
+#: the test and benchmark helpers, and itself; never the worker, the client, the audit...
+DEVTOOLS_USERS = {"devtools", "cli", "demo", "testing"}
+
+
+def test_dev_tooling_is_imported_only_by_the_cli_the_demo_and_the_tests():
+    bad = []
+    for top, rel, tree in _modules():
+        if top in DEVTOOLS_USERS:
+            continue
+        for module, line, names in _imports(tree):
+            parts = module.split(".")
+            if parts[:2] == ["streams", "devtools"] or (parts == ["streams"] and "devtools" in names):
+                bad.append(f"streams/{rel}:{line} ({top}) imports {module}")
     assert not bad, "\n".join(bad)

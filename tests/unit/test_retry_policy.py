@@ -179,7 +179,7 @@ HANDLED_ELSEWHERE = {
     ("streams/kafka/security.py", "list_topics"): "its own slices within a deadline (the security probe)",
 }
 #: packages whose broker calls are the laptop's conveniences or one-shot commands, not the runtime
-NOT_RUNTIME = ("streams/kafka/broker.py", "streams/kafka/cluster.py", "streams/kafka/secure.py", "streams/demo/",
+NOT_RUNTIME = ("streams/devtools/", "streams/demo/",
                "streams/kafka/acls.py", "streams/cli/")
 
 

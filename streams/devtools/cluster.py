@@ -35,8 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from streams.kafka import secure as _secure
-from streams.kafka.broker import (
+from streams.devtools import secure as _secure
+from streams.devtools.broker import (
     CLUSTER_RECORD_FILE,
     LOOPBACK,
     RECORD_FILE,
@@ -74,7 +74,7 @@ def quorum_voters(controller_ports: Sequence[int]) -> str:
 
 def cluster_properties(nodes: int) -> dict[str, str]:
     """The server properties every node of an ``nodes``-node cluster adds to
-    :func:`~streams.kafka.broker.server_properties`: internal topics and topics created without
+    :func:`~streams.devtools.broker.server_properties`: internal topics and topics created without
     a factor replicated ``min(3, nodes)`` times, ``min.insync.replicas`` 2 from three replicas
     on, never an unclean leader election."""
     rf = max(1, min(3, nodes))
@@ -541,7 +541,7 @@ class LocalCluster:
 
 
 _QUORUM_SOURCE = """\
-// written by traintrace (streams.kafka.cluster): prints the KRaft quorum leader's node id
+// written by traintrace (streams.devtools.cluster): prints the KRaft quorum leader's node id
 import java.util.Properties;
 import org.apache.kafka.clients.admin.Admin;
 

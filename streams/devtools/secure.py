@@ -1,7 +1,7 @@
 """What makes the local broker secure (``traintrace broker start --secure``): a throw-away CA,
 the broker's certificate, SCRAM users, the authorizer, and one client properties file per role.
 
-Kept apart from :mod:`streams.kafka.broker` so the default (PLAINTEXT) broker is untouched by
+Kept apart from :mod:`streams.devtools.broker` so the default (PLAINTEXT) broker is untouched by
 it. Layout under the broker's data directory::
 
     secure/
@@ -137,7 +137,7 @@ def _jaas(user: str, password: str) -> str:
 
 
 def server_overrides(port: int, controller_port: int, pki: dict[str, Path], users: dict[str, str]) -> dict[str, Any]:
-    """The ``server.properties`` keys of a secure node (over :func:`~streams.kafka.broker.server_properties`)."""
+    """The ``server.properties`` keys of a secure node (over :func:`~streams.devtools.broker.server_properties`)."""
     lo = "127.0.0.1"
     ssl_common = {
         "ssl.keystore.type": "PEM",

@@ -11,7 +11,7 @@ data directory::
       log4j2.properties    INFO to broker.log, nothing to the console
       broker.log           the broker's log (the previous run's is kept as broker.log.1)
       kraft/               log.dirs: formatted once, reused by every later start
-      secure/              with ``secure=True`` only (:mod:`streams.kafka.secure`): the CA, the
+      secure/              with ``secure=True`` only (:mod:`streams.devtools.secure`): the CA, the
                            broker's certificate, the SCRAM users, a client properties file per role
 
 ``LocalBroker(secure=True)`` (``traintrace broker start --secure``) listens with SASL_SSL
@@ -43,7 +43,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from streams.kafka import secure as _secure
+from streams.devtools import secure as _secure
 from streams.kafka.errors import KafkaAdapterError
 
 __all__ = [
@@ -89,7 +89,7 @@ NODE_ID = 1
 MIN_JAVA = 17  # Kafka 4.x brokers need Java 17+
 
 RECORD_FILE = "broker.json"
-CLUSTER_RECORD_FILE = "cluster.json"  # written by streams.kafka.cluster in a cluster's data dir
+CLUSTER_RECORD_FILE = "cluster.json"  # written by streams.devtools.cluster in a cluster's data dir
 PROPERTIES_FILE = "server.properties"
 LOG4J_FILE = "log4j2.properties"
 TOOLS_LOG4J_FILE = "log4j2-tools.properties"
@@ -212,7 +212,7 @@ def server_properties(
 
     Static quorum (``controller.quorum.voters``: ``voters``, default this node alone), so storage
     is formatted without ``--standalone``. Internal topics get replication factor 1 and few
-    partitions so a laptop-sized node starts fast (:mod:`streams.kafka.cluster` overrides them).
+    partitions so a laptop-sized node starts fast (:mod:`streams.devtools.cluster` overrides them).
     ``extra`` overrides or adds keys.
     """
     if port == controller_port:
@@ -307,7 +307,7 @@ def render_log4j2_properties(log_file: str | os.PathLike[str] | None, level: str
         "logger.zookeeper.name": "org.apache.zookeeper",
         "logger.zookeeper.level": "WARN",
     }
-    return render_properties(props, header="written by traintrace (streams.kafka.broker)")
+    return render_properties(props, header="written by traintrace (streams.devtools.broker)")
 
 
 _SLF4J_BRIDGE = {1: "log4j-slf4j-impl", 2: "log4j-slf4j2-impl"}
@@ -610,7 +610,7 @@ def wait_until_ready(
     started = time.monotonic()
     deadline = started + timeout
     admin = None
-    quiet = logging.getLogger("streams.kafka.broker.librdkafka")
+    quiet = logging.getLogger("streams.devtools.broker.librdkafka")
     quiet.propagate = False  # librdkafka's "connection refused" noise while the JVM boots
     if not quiet.handlers:
         quiet.addHandler(logging.NullHandler())
@@ -670,7 +670,7 @@ class LocalBroker:
     """
 
     #: this node's KRaft id and the static quorum (None: this node alone); a node of a
-    #: :class:`streams.kafka.cluster.LocalCluster` sets both
+    #: :class:`streams.devtools.cluster.LocalCluster` sets both
     node_id: int = NODE_ID
     quorum_voters: str | None = None
 
@@ -1156,3 +1156,12 @@ def docker_compose_down(
 ) -> None:
     """``docker compose down`` (``-v`` also drops the broker's data volume)."""
     _compose(compose_file, ["down", *(["-v"] if volumes else [])], timeout)
+
+
+def running_bootstrap() -> str | None:
+    """The bootstrap of the local broker (``traintrace broker start``) if it runs; never starts
+    it: the default an entry point may give ``WorkerSettings.from_env``."""
+    try:
+        return LocalBroker(default_data_dir()).status().get("bootstrap")
+    except Exception:  # noqa: BLE001 - no local broker record: not an error here
+        return None
