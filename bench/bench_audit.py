@@ -36,7 +36,7 @@ from confluent_kafka import TopicPartition  # noqa: E402
 from streams.kafka.settings import BOOTSTRAP_ENV, KafkaSettings  # noqa: E402
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics  # noqa: E402
 from streams.codec import Codec  # noqa: E402
-from streams.audit.audit import audit  # noqa: E402
+from streams.audit.run import audit  # noqa: E402
 from streams.audit.log import TOPICS, load_archive, load_topics  # noqa: E402
 from streams.audit.export import export  # noqa: E402
 from streams.testing.cohort import chain_events, generate_cohorts  # noqa: E402

@@ -11,7 +11,7 @@ Packages, lowest first (a package imports only packages above it in this list; c
 - ``streams.signing``: Ed25519 keys and commitment signatures. ``streams.kafka``: every Kafka
   client from one ``KafkaSettings``; topics; the local broker.
 - ``streams.worker``: the Faust worker. ``streams.audit``: the log, the audit, proofs, export.
-  ``streams.operators``: publish, plans, release, alerts. ``streams.client``: the job client.
+  ``streams.operator_commands``: publish, plans, release, alerts. ``streams.client``: the job client.
 - ``streams.report``: the incident report. ``streams.demo``: the demo and the smoke test.
 - ``streams.testing``: generators and invariants for tests and benchmarks.
 - ``streams.cli``: the ``traintrace`` command line (parse, call, print).

@@ -11,7 +11,7 @@ One family per package, each a subclass of :class:`TraintraceError`:
 ``streams.referee``           ``BadBatch`` (an input record that is no ``EventBatch``)
 ``streams.worker``          ``WorkerError`` (``DataDirError``)
 ``streams.audit``           ``AuditError`` (``AuditLogError``, ``ProofError``)
-``streams.operators``       ``OperatorError``
+``streams.operator_commands``       ``OperatorError``
 ``streams.client``          ``ClientError`` (``GateRefused``)
 ``streams.demo``            ``DemoError`` (``SmokeError``)
 ``streams.integrations``    ``IntegrationError``

@@ -4,7 +4,7 @@
 ``log``                     the :class:`~streams.audit.log.AuditLog` loaders (topics, archive, JSONL)
                             and :func:`~streams.audit.log.fold_order`
 ``export``                  the topics into one archive file
-``audit``                   ``traintrace audit``: :func:`~streams.audit.audit.audit` (the checks are
+``audit``                   ``traintrace audit``: :func:`~streams.audit.run.audit` (the checks are
                             in ``auditor``, ``chains``, ``input_check``, ``replay``, ``commitments``,
                             ``compare``; the verdicts in ``report``; the processes in ``shards``)
 ``proofs``                  Merkle proof documents over a log

@@ -78,7 +78,7 @@ def audit(source: str, as_json: bool, report_path: str | None, trusted_keys: str
     if as_of is not None:
         _print_as_of(log, parse_time_or_fail(as_of), config, as_json)
         return
-    from streams.audit.audit import audit as run_audit
+    from streams.audit.run import audit as run_audit
 
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(bar_width=None), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err_console, transient=True, disable=as_json) as progress:
@@ -144,7 +144,7 @@ def render(console: Console, report, show: int = 10) -> None:
     for col in ("check", "verdict", "checked", "failed", "warnings", "what"):
         table.add_column(col)
     colour = {"PASS": "green", "FAIL": "red", "SKIPPED": "yellow"}
-    from streams.audit.audit import TITLES
+    from streams.audit.run import TITLES
 
     for c in report.checks:
         table.add_row(c.name, f"[{colour[c.verdict]}]{c.verdict}[/]", str(c.checked), str(c.failed),

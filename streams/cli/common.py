@@ -229,7 +229,7 @@ def operator_errors() -> Iterator[None]:
     from streams.files.jsonl import JsonlError
     from streams.kafka.errors import KafkaAdapterError
     from streams.kafka.reader import ReaderError, TopicNotFound
-    from streams.operators.errors import OperatorError
+    from streams.operator_commands.errors import OperatorError
 
     try:
         yield

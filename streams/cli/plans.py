@@ -48,7 +48,7 @@ def plans(as_json: bool, trusted_keys: str | None, bootstrap: str | None, kafka_
     kafka = kafka_settings(bootstrap, kafka_config)
     topics = topics_for(topic_prefix)
     from streams.codec import Codec
-    from streams.operators.plans import read_control
+    from streams.operator_commands.plans import read_control
 
     trusted = trusted_keyring(trusted_keys)
     with operator_errors():

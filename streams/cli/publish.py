@@ -52,7 +52,7 @@ def publish(file: str, skip_invalid: bool, create_topics: bool, as_json: bool,
     topics = topics_for(topic_prefix)
     from streams.codec import Codec
     from streams.kafka.topics import ensure_topics, standard_topics
-    from streams.operators.publish import publish_file
+    from streams.operator_commands.publish import publish_file
 
     with operator_errors():
         if create_topics:

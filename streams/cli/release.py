@@ -40,8 +40,8 @@ def release(job: str, operator: str | None, cohort_id: str | None, as_json: bool
     kafka = kafka_settings(bootstrap, kafka_config)
     topics = topics_for(topic_prefix)
     from streams.codec import Codec
-    from streams.operators.plans import read_control
-    from streams.operators.release import release_job
+    from streams.operator_commands.plans import read_control
+    from streams.operator_commands.release import release_job
 
     codec = Codec()
     signer = _signer(signing_key)

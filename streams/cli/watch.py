@@ -120,7 +120,7 @@ def watch(as_json: bool, from_beginning: bool, max_messages: int | None,
 def _watch(kafka: KafkaSettings, topics: TopicNames, as_json: bool, from_beginning: bool,
            max_messages: int | None, idle_timeout: float | None) -> None:
     from streams.codec import Codec
-    from streams.operators.alerts import alerts
+    from streams.operator_commands.alerts import alerts
 
     def on_skip(msg: Any, reason: str) -> None:
         err_console.print(f"[yellow]skipped[/yellow] {escape(f'{msg.topic}[{msg.partition}]@{msg.offset}')}: "

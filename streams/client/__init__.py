@@ -43,7 +43,7 @@ from streams.client.hashing import LoadedContent, hash_directory, hash_file, has
 from streams.client.job import QUARANTINE_FILE, JobClient
 from streams.client.journal import JOURNAL_FILE, WAL_FILE
 from streams.client.restored import Restored
-from streams.client.sealing import JOB_KEY_ENV, JOB_KEY_FILE, SealPolicy
+from streams.client.sealing import JOB_KEY_ENV, JOB_KEY_FILE, SealSchedule
 from streams.control import ControlCommand, JobView, command_from_record, decide
 
 __all__ = [
@@ -58,7 +58,7 @@ __all__ = [
     "LoadedContent",
     "QUARANTINE_FILE",
     "Restored",
-    "SealPolicy",
+    "SealSchedule",
     "WAL_FILE",
     "checkpoint_status",
     "command_from_record",

@@ -6,7 +6,7 @@ the positions kept in the journal (the beginning the first time), keeps the reco
 job's id and puts them, as :class:`~streams.control.ControlCommand`, on a queue. The first time
 it catches up (to the end offsets found when it starts) it hands over everything read so far as
 one batch, so a restarted or late job sees a command and the one superseding it together. What
-the job makes of them is :func:`streams.control.decide`, run by :meth:`JobClient.poll
+the job makes of them is :func:`streams.control.obey`, run by :meth:`JobClient.poll
 <streams.client.job.JobClient.poll>`.
 """
 

@@ -33,7 +33,7 @@ What it guarantees:
   ``buffer_max`` pending events **every emitting call blocks** until Kafka takes some — up to
   ``buffer_timeout`` seconds (default: no limit), then raises :class:`ClientError`. Nothing is
   ever dropped: with no record there is no concurrent training (SPEC §8).
-- **Control** (:mod:`streams.client.control` fetches, :func:`streams.control.decide` decides).
+- **Control** (:mod:`streams.client.control` fetches, :func:`streams.control.obey` decides).
   A background thread only *fetches* the job's records of ``lineage.control``; **callbacks run
   in the thread that calls** :meth:`poll` (or :meth:`wait_while_halted`) — the training loop,
   between steps, where the model may safely be restored. The effective ``RollbackCommand``
@@ -106,10 +106,10 @@ from streams.client.gate import checkpoint_status
 from streams.client.hashing import LoadedContent, hash_path
 from streams.client.journal import Journal, WalEntry
 from streams.client.restored import Restored
-from streams.client.sealing import SEAL_EVERY, SEAL_MS, SealPolicy, resolve_job_key, sealed_dict
+from streams.client.sealing import SEAL_EVERY, SEAL_MS, SealSchedule, resolve_job_key, sealed_dict
 from streams.codec import Codec, EncodeError
 from streams.control.commands import ControlCommand
-from streams.control.decide import ACTIONS, HALT, QUARANTINE, RELEASE, ROLLBACK, JobView, decide
+from streams.control.obey import ACTIONS, HALT, QUARANTINE, RELEASE, ROLLBACK, JobView, decide
 from streams.core.chain import GENESIS, chain_hash
 from streams.core.errors import InvalidEvent
 from streams.core.events import CONSUMPTION_MODES, FINISH_STATUSES, Event, parse_event
@@ -225,7 +225,7 @@ class JobClient:
         ``journal_dir``, generated on the first start), ``False`` (no sealing), or None (default:
         the path in ``$TRAINTRACE_JOB_KEY``, else as ``True``). Since every client has a
         ``journal_dir``, every client seals unless ``job_key=False`` (or the job started unsealed).
-    :param seal_every, seal_ms: the seal policy (:class:`~streams.client.sealing.SealPolicy`).
+    :param seal_every, seal_ms: the seal policy (:class:`~streams.client.sealing.SealSchedule`).
     """
 
     def __init__(
@@ -295,7 +295,7 @@ class JobClient:
         self._job_key_arg = job_key
         self._key: Any = None          # the job's Ed25519PrivateKey, or None (unsealed job)
         self._seals: Sealer | None = None  # seals with it (the key converted once)
-        self._seal_policy = SealPolicy(seal_every, float(seal_ms))
+        self._seal_policy = SealSchedule(seal_every, float(seal_ms))
         self._head_data: dict[str, Any] | None = None  # the head event's Avro dict (for a seal record)
         self._sealer: threading.Thread | None = None
         self._sealer_stop = threading.Event()

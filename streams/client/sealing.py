@@ -17,7 +17,7 @@ much as folding an event — so the client seals what matters at once and the re
   the head event again, the same content, now carrying its ``signature``. The processor releases
   the held run with it and drops it as a duplicate of the head.
 
-:class:`SealPolicy` is that decision alone — pure, clocked by the caller — so it is tested
+:class:`SealSchedule` is that decision alone — pure, clocked by the caller — so it is tested
 without threads or a broker. :func:`resolve_job_key` is where the job's key comes from: given,
 ``$TRAINTRACE_JOB_KEY``, or generated on first start and kept in the journal directory (mode
 0600), so a restarted process signs with the key its ``JobStarted`` declared.
@@ -51,7 +51,7 @@ SEAL_MS = 1000.0
 
 
 @dataclass(slots=True)
-class SealPolicy:
+class SealSchedule:
     """Which event to seal (module doc). Times are the caller's monotonic clock in ms."""
 
     every: int = SEAL_EVERY

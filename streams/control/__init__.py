@@ -5,7 +5,7 @@
 - :mod:`.fold`: :class:`JobControl` / :class:`ControlState` / :func:`fold_control`: per job the
   plan and halt in force, what is superseded, the command ids already there — for
   ``traintrace plans``, the worker taking a partition over, and :func:`decide`.
-- :mod:`.decide`: :func:`decide`, the job client's outcome for each of its commands.
+- :mod:`.obey`: :func:`decide`, the job client's outcome for each of its commands.
 """
 
 from streams.control.commands import (
@@ -14,7 +14,7 @@ from streams.control.commands import (
     ControlCommand,
     command_from_record,
 )
-from streams.control.decide import ACTIONS, JobView, decide
+from streams.control.obey import ACTIONS, JobView, decide
 from streams.control.fold import ControlState, JobControl, fold_control
 
 __all__ = [

@@ -35,7 +35,7 @@ class ControlCommand:
     ``RESTART_FROM_SCRATCH`` (RollbackCommand), ``QUARANTINE``, ``CLEAR`` (PlanCleared), or the
     halt reason (``UNREGISTERED``, ..., ``RELEASE``) of a HaltCommand. ``record`` is the decoded
     record as it was on the topic; ``outcome`` what the job client did with it
-    (:func:`streams.control.decide.decide`).
+    (:func:`streams.control.obey.decide`).
     """
 
     kind: str

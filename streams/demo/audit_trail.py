@@ -1,6 +1,6 @@
 """The demo's audit trail: once the pipeline is quiescent, the run's topics are exported to
 ``work_dir/log.avro`` (:func:`streams.audit.export.export`, every default topic), that archive is
-audited with the keyring of ``work_dir/keys`` (:func:`streams.audit.audit.audit`; the report's
+audited with the keyring of ``work_dir/keys`` (:func:`streams.audit.run.audit`; the report's
 ``as_dict()`` in ``work_dir/audit.json``) and drawn (:mod:`streams.report`:
 ``work_dir/lineage.html`` with the audit's verdict block, ``work_dir/lineage.png``).
 
@@ -94,7 +94,7 @@ def _export(kafka: KafkaSettings, topics: Any, paths: dict[str, Path], out: dict
 def _audit(paths: dict[str, Path], out: dict[str, Any], say: Say) -> tuple[Any, dict[str, Any]]:
     """The archive audited with the run's keyring into ``audit.json``; returns the archive and
     the audit's ``as_dict()``."""
-    from streams.audit.audit import audit as run_audit, finding_line
+    from streams.audit.run import audit as run_audit, finding_line
     from streams.audit.log import load_archive
     from streams.signing import load_trusted_keys
 

@@ -88,7 +88,7 @@ def _incidents(workers: list[Any], manifests: list[dict[str, Any]]) -> tuple[lis
 def read_back(kafka: DemoKafka | KafkaSettings | str, topics: Any, codec: Any, workers: list[Any]) -> ReadBack:
     """The run's topics (read as the auditor) and the plans in force (as the operator reads them
     with ``traintrace plans``), the workers' incidents (see the module doc)."""
-    from streams.operators.plans import effective_plans
+    from streams.operator_commands.plans import effective_plans
 
     roles = DemoKafka.of(kafka)
     auditor = roles.auditor

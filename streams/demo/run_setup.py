@@ -19,7 +19,7 @@ from typing import Any
 from streams.demo.errors import DemoError
 from streams.demo.leftovers import ensure_empty
 from streams.demo.roles import DemoKafka
-from streams.demo.state import DemoState, JobView
+from streams.demo.state import DemoState, DemoJob
 from streams.demo.story import GATES, expected_for
 
 #: the run's subdirectories: job logs, job journals, the cohort's checkpoints, worker data
@@ -57,7 +57,7 @@ class RunSetup:
 
     def new_state(self) -> DemoState:
         return DemoState(work_dir=str(self.work), bootstrap=self.kafka.bootstrap,
-                         jobs={j: JobView(j) for j in self.job_ids})
+                         jobs={j: DemoJob(j) for j in self.job_ids})
 
 
 def new_run(kafka: DemoKafka | Any, work_dir: Any, *, gate: str, workers: int, partitions: int,

@@ -139,7 +139,7 @@ def run_live(kafka: KafkaSettings | str, data_dir: str, partitions: int = 3, tim
     from streams.kafka.topics import TopicNames, standard_topics
     from streams.kafka.reader import read_to_end
     from streams.core.cohorts import CohortLineage
-    from streams.operators.plans import effective_plans
+    from streams.operator_commands.plans import effective_plans
     from streams.devtools.worker_process import WorkerProcess, wait_quiescent
 
     kafka = KafkaSettings.of(kafka)

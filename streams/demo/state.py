@@ -9,7 +9,7 @@ from typing import Any
 
 
 @dataclass
-class JobView:
+class DemoJob:
     """One job as the live view shows it."""
 
     job_id: str
@@ -64,7 +64,7 @@ class DemoState:
     phase: str = "starting"
     progress: str = ""           # a detail of the phase (records exported, events replayed, ...)
     started: float = field(default_factory=time.monotonic)
-    jobs: dict[str, JobView] = field(default_factory=dict)
+    jobs: dict[str, DemoJob] = field(default_factory=dict)
     alerts: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     work_dir: str = ""
@@ -75,8 +75,8 @@ class DemoState:
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
-    def job(self, job_id: str) -> JobView:
-        return self.jobs.setdefault(job_id, JobView(job_id))
+    def job(self, job_id: str) -> DemoJob:
+        return self.jobs.setdefault(job_id, DemoJob(job_id))
 
     def refresh_referee(self, views: list[dict[str, Any]]) -> None:
         """The referee's ``/jobs`` view of each job."""

@@ -5,7 +5,7 @@ A record is either a batch of routed events of one cohort (each with its positio
 ``lineage.events`` and its exact bytes) or a clock tick of that cohort (``tick_ms``,
 ``grace_ms``: the processor's clock, recorded in its input so every replay halts at the same
 point). The live worker (:mod:`streams.worker.stages`; :mod:`streams.worker.recovery` when it
-rebuilds a partition) and the audit (:mod:`streams.audit.log`, :mod:`streams.audit.audit`) read the input through
+rebuilds a partition) and the audit (:mod:`streams.audit.log`, :mod:`streams.audit.run`) read the input through
 :func:`read_batch` and :func:`parse_routed` and fold it through :func:`fold_batch`, so they
 cannot disagree on what a record means.
 """

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from streams.audit.audit import finding_line
+from streams.audit.run import finding_line
 from streams.report.audit_lines import signature_line, verdict_of
 from streams.report.html_base import e, nw, table
 

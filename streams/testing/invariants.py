@@ -23,7 +23,7 @@ from streams.kafka.reader import read_to_end
 from streams.codec import Codec, DecodeError
 from streams.core.errors import InvalidEvent
 from streams.core.events import parse_event
-from streams.operators.plans import effective_plans
+from streams.operator_commands.plans import effective_plans
 
 CODEC = Codec()
 PLAN_FIELDS = ("job_id", "incarnation", "action", "target_checkpoint_id", "target_step", "incident_ids",
@@ -221,7 +221,7 @@ def check_pipeline(bootstrap: str, topics: TopicNames, app_id: str, log: str, po
     import time
 
     from streams.audit.analyze import analyze_file
-    from streams.audit.audit import audit
+    from streams.audit.run import audit
     from streams.audit.log import load_topics
     from streams.devtools.worker_process import wait_quiescent
 

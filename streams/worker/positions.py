@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 
-class Verdict(Enum):
+class Arrival(Enum):
     PROCESS = "process"  # the next record of an owned partition
     STALE = "stale"  # not owned (taken before a rebalance): its owner processes it
     SEEN = "seen"  # below the position: processed already
@@ -46,13 +46,13 @@ class InputPartitions:
         self.owned.discard(partition)
         self.committed.pop(partition, None)
 
-    def classify(self, partition: int, offset: int) -> Verdict:
+    def classify(self, partition: int, offset: int) -> Arrival:
         if partition not in self.owned:
-            return Verdict.STALE
+            return Arrival.STALE
         pos = self.position.get(partition)
         if pos is None or offset == pos:
-            return Verdict.PROCESS
-        return Verdict.SEEN if offset < pos else Verdict.GAP
+            return Arrival.PROCESS
+        return Arrival.SEEN if offset < pos else Arrival.GAP
 
     def advance(self, partition: int, offset: int) -> None:
         """Record ``offset`` processed (its outputs flushed)."""

@@ -31,7 +31,7 @@ from streams.worker.clock import now_ms
 from streams.worker.jobmap import HEADERS as JOBMAP_HEADERS
 from streams.worker.jobmap import JobCohortMap
 from streams.worker.outbox import Outbox
-from streams.worker.positions import InputPartitions, Verdict
+from streams.worker.positions import InputPartitions, Arrival
 from streams.worker.router import RawRecord, Routed, Router, dead_letter
 from streams.worker.settings import WorkerSettings
 
@@ -107,12 +107,12 @@ class Stage:
             rec = queue[i]
             p, o = rec.partition, rec.offset
             verdict = inp.classify(p, o)
-            if verdict is Verdict.STALE or verdict is Verdict.SEEN:
+            if verdict is Arrival.STALE or verdict is Arrival.SEEN:
                 # not ours any more (its new owner processes it), or processed already
                 metrics.STALE.inc()
                 i += 1
                 continue
-            if verdict is Verdict.GAP:
+            if verdict is Arrival.GAP:
                 pos = inp.position[p]
                 missing = await loop.run_in_executor(None, read_records, self.settings, self.topic, p, pos, o)
                 metrics.DIRECT_READS.inc()

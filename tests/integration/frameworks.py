@@ -64,7 +64,7 @@ class CohortRun:
 
     def plans(self) -> dict[str, Any]:
         """The plans and halts in force (``traintrace plans --json``)."""
-        from streams.operators.plans import effective_plans
+        from streams.operator_commands.plans import effective_plans
 
         return effective_plans(self.bootstrap, self.topics)
 
@@ -109,7 +109,7 @@ class CohortRun:
         (``--window``, ``--taint-margin``: the audit recomputes the commands with them)."""
         import uuid as _uuid
 
-        from streams.audit.audit import audit
+        from streams.audit.run import audit
         from streams.audit.export import export
         from streams.audit.log import load_archive
         from streams.signing import load_keyring

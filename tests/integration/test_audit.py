@@ -26,10 +26,10 @@ from streams.files.archive import LogRecord, read_archive, write_archive
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
 from streams.cli.main import cli
 from streams.codec import Codec
-from streams.audit.audit import audit, recomputed_digest
+from streams.audit.run import audit, recomputed_digest
 from streams.audit.log import Until, load_archive, load_topics
 from streams.audit.export import export
-from streams.operators.publish import publish_file
+from streams.operator_commands.publish import publish_file
 from streams.testing.cohort import chain_events, generate_cohorts
 from streams.devtools.worker_process import WorkerProcess, wait_quiescent
 
@@ -329,7 +329,7 @@ def test_alter_one_manifest(run, tmp_path):
 
 
 def test_split_across_processes_gives_the_same_report(run, tmp_path, monkeypatch):
-    import streams.audit.audit as A
+    import streams.audit.run as A
 
     log = load_archive(str(run["archive"]))
     one = audit(log, workers=1)

@@ -33,8 +33,8 @@ from streams.client import ControlCommand, GateRefused, JobClient, hash_path
 from streams.codec import Codec
 from streams.core.chain import GENESIS, verify_link
 from streams.core.events import parse_event
-from streams.operators.plans import effective_plans
-from streams.operators.release import release_job
+from streams.operator_commands.plans import effective_plans
+from streams.operator_commands.release import release_job
 from streams.devtools.worker_process import WorkerProcess, free_port, wait_quiescent
 from tests.integration.waits import WAIT, until
 

@@ -21,7 +21,7 @@ import pytest
 
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
 from streams.worker.datadir import MARKER_NAME
-from streams.operators.publish import publish_file
+from streams.operator_commands.publish import publish_file
 from streams.devtools.worker_process import WorkerProcess, wait_quiescent
 
 SCENARIO = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios" / "14_pbt_cohort.jsonl"

@@ -38,7 +38,7 @@ import uuid
 
 import pytest
 
-from streams.audit.audit import audit
+from streams.audit.run import audit
 from streams.audit.log import load_topics
 from streams.client import ControlCommand, JobClient
 from streams.codec import Codec

@@ -25,7 +25,7 @@ import uuid
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from streams.audit.audit import audit
+from streams.audit.run import audit
 from streams.audit.export import export
 from streams.audit.log import load_archive
 from streams.codec import Codec

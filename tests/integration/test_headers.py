@@ -23,8 +23,8 @@ from streams.codec.headers import (
     TYPE_HEADER,
     VERSION_HEADER,
 )
-from streams.operators.publish import publish_file
-from streams.operators.release import release_job
+from streams.operator_commands.publish import publish_file
+from streams.operator_commands.release import release_job
 from streams.devtools.worker_process import produce_events, wait_quiescent
 
 CODEC = Codec()

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from streams.cli.main import cli
-from streams.operators.publish import publish_file
+from streams.operator_commands.publish import publish_file
 from streams.openlineage.mapping import run_id
 from streams.devtools.worker_process import wait_quiescent
 from tests.unit.test_openlineage import SPEC, assert_valid

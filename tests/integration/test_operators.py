@@ -28,10 +28,10 @@ from streams.cli.main import cli
 from streams.codec import Codec
 from streams.core.events import event_to_dict
 from streams.core.ids import command_id, hash_parts
-from streams.operators.alerts import alerts
-from streams.operators.plans import effective_plans, read_control
-from streams.operators.publish import publish_file
-from streams.operators.release import release_command_id, release_job
+from streams.operator_commands.alerts import alerts
+from streams.operator_commands.plans import effective_plans, read_control
+from streams.operator_commands.publish import publish_file
+from streams.operator_commands.release import release_command_id, release_job
 from tests.unit.vectors import scenarios_dir
 
 CODEC = Codec()

@@ -17,8 +17,8 @@ from streams.kafka.settings import KafkaSettings
 from streams.kafka.reader import read_to_end
 from streams.codec import Codec
 from streams.audit.analyze import analyze_file
-from streams.operators.plans import effective_plans
-from streams.operators.publish import publish_file
+from streams.operator_commands.plans import effective_plans
+from streams.operator_commands.publish import publish_file
 from streams.testing.invariants import assert_commands_consistent, assert_live_equals_offline
 from streams.testing.cohort import generate_cohorts
 from streams.devtools.worker_process import wait_quiescent
@@ -108,7 +108,7 @@ def test_kill_9_a_worker_mid_stream_and_restart(pipeline, kafka_bootstrap, tmp_p
     assert list(read_to_end(kafka_bootstrap, topics.dlq)) == []
     # and an audit of the topics finds every command and manifest exactly where the log implies
     # (the recovering worker re-published what the fold decided, byte for byte)
-    from streams.audit.audit import audit
+    from streams.audit.run import audit
     from streams.audit.log import load_topics
 
     report = audit(load_topics(kafka_bootstrap, topics))

@@ -177,7 +177,7 @@ def test_a_forged_snapshot_is_refused_and_named_by_the_audit(setup, kafka_bootst
     assert "refused (UNSIGNED)" in second.log_tail(400), second.log_tail(60)
     took = refolded(second.log_tail(400))
     assert victim["partition"] not in took, took  # its partition was re-folded from its start
-    from streams.audit.audit import audit
+    from streams.audit.run import audit
     from streams.audit.log import load_topics
 
     report = audit(load_topics(kafka_bootstrap, topics))

@@ -155,7 +155,7 @@ def test_a_halt_pauses_the_torch_job_in_poll_until_released(lineage_cohort, tmp_
 
     from streams.client import checkpoint_status
     from streams.integrations.torch import checkpoint_bytes
-    from streams.operators.release import release_job
+    from streams.operator_commands.release import release_job
 
     run = lineage_cohort()
     model, opt, sched = tiny(5)

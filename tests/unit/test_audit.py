@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-import streams.audit.audit as A
+import streams.audit.run as A
 from streams.files.archive import LogRecord, write_archive
 from streams.codec import Codec
-from streams.audit.audit import audit, recomputed_digest
+from streams.audit.run import audit, recomputed_digest
 from streams.audit.log import load, load_archive
 from streams.testing.cohort import chain_events
 from streams.testing.simulate import simulate_pipeline

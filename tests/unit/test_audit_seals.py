@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from streams.audit.audit import audit
+from streams.audit.run import audit
 from streams.audit.log import AuditLog
 from streams.codec import Codec
 from streams.core.chain import chain_hash

@@ -1,4 +1,4 @@
-"""Which control record a job applies (streams.control.decide) and how poll() applies it.
+"""Which control record a job applies (streams.control.obey) and how poll() applies it.
 
 The poll() tests feed the client's queue directly (no broker): the fetcher's only job is to put
 the job's decoded records there.

@@ -17,7 +17,7 @@ import pytest
 from streams.client import ClientError, JobClient
 from streams.client import job as job_mod
 from streams.client.delivery import Delivery
-from streams.client.sealing import JOB_KEY_ENV, JOB_KEY_FILE, SealPolicy
+from streams.client.sealing import JOB_KEY_ENV, JOB_KEY_FILE, SealSchedule
 from streams.codec import Codec
 from streams.core.chain import chain_hash
 from streams.core.decide import Lineage
@@ -81,7 +81,7 @@ def crash(c):
 
 
 def test_policy_seals_all_but_progress_and_progress_by_count_or_age():
-    p = SealPolicy(every=3, ms=100)
+    p = SealSchedule(every=3, ms=100)
     assert p.wants_seal("JobStarted", 0) and p.wants_seal("CheckpointWritten", 0)
     p.emitted(True, 0)
     assert not p.wants_seal("Progress", 10)
@@ -98,7 +98,7 @@ def test_policy_seals_all_but_progress_and_progress_by_count_or_age():
 
 
 def test_policy_idle_seal_is_due_only_with_unsealed_events_after_ms_of_quiet():
-    p = SealPolicy(every=32, ms=100)
+    p = SealSchedule(every=32, ms=100)
     assert not p.idle_due(1e6)
     p.emitted(True, 0)
     assert not p.idle_due(1e6)                     # the head is sealed
@@ -112,7 +112,7 @@ def test_policy_idle_seal_is_due_only_with_unsealed_events_after_ms_of_quiet():
 @pytest.mark.parametrize("kw", [{"every": 0}, {"ms": 0}])
 def test_policy_rejects_nonsense(kw):
     with pytest.raises(ClientError):
-        SealPolicy(**kw)
+        SealSchedule(**kw)
 
 
 # -- the client's events through the core -----------------------------------------------------------

@@ -12,7 +12,7 @@ from pathlib import Path
 from streams.codec import Codec
 from streams.kafka import reader
 from streams.kafka.topics import TopicNames
-from streams.operators import plans as plans_mod
+from streams.operator_commands import plans as plans_mod
 from streams.signing import (
     BAD_SIGNATURE,
     UNSIGNED,

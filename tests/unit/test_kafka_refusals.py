@@ -253,7 +253,7 @@ def auditor(monkeypatch):
 
 @pytest.mark.parametrize("how", ["system-error", "exception", "error_cb"])
 def test_publish_as_a_role_without_idempotent_write_is_refused_in_one_line(auditor, tmp_path, how):
-    from streams.operators.publish import publish_file
+    from streams.operator_commands.publish import publish_file
     from tests.unit.vectors import scenarios_dir
 
     k, setting = auditor
@@ -265,7 +265,7 @@ def test_publish_as_a_role_without_idempotent_write_is_refused_in_one_line(audit
 
 @pytest.mark.parametrize("how", ["system-error", "exception", "error_cb"])
 def test_release_as_a_role_without_idempotent_write_is_refused_in_one_line(auditor, how):
-    from streams.operators.release import release_job
+    from streams.operator_commands.release import release_job
 
     k, setting = auditor
     setting["how"] = how
@@ -278,7 +278,7 @@ def test_the_commands_print_the_refusal_as_one_line_and_exit_2(auditor, monkeypa
     """`traintrace publish` / `release` as the auditor: one line on stderr, exit 2, no traceback."""
     from streams.cli import common
     from streams.cli.main import cli
-    from streams.operators import plans
+    from streams.operator_commands import plans
     from tests.unit.vectors import scenarios_dir
 
     k, _ = auditor

@@ -26,7 +26,7 @@ RANKS: dict[str, int] = {
     "kafka": 3,         # every Kafka client, from one settings object; topics; ACLs
     "worker": 4,        # the Faust worker
     "audit": 4,         # the log an auditor reads, the audit, proofs, export, as-of
-    "operators": 4,     # publish, plans, release, alerts
+    "operator_commands": 4,  # the human operators: publish, plans, release, alerts
     "client": 4,        # the job client
     "integrations": 5,  # the job client inside PyTorch, HF Trainer, Lightning, Ray Tune
     "report": 5,        # the incident report (HTML/SVG/PNG)

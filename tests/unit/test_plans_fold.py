@@ -8,7 +8,7 @@ import pytest
 
 from streams.codec import Codec, DecodeError
 from streams.control.fold import ControlState, fold_control
-from streams.operators.release import release_command_id
+from streams.operator_commands.release import release_command_id
 from streams.core.ids import command_id, hash_parts
 
 

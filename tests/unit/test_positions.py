@@ -1,16 +1,16 @@
 """The worker's own offset bookkeeping (streams.worker.positions): what a batch taken around a
 rebalance may hold, and what gets committed."""
 
-from streams.worker.positions import InputPartitions, Verdict
+from streams.worker.positions import InputPartitions, Arrival
 
 
 def test_only_the_next_record_of_an_owned_partition_is_processed():
     inp = InputPartitions("events")
     inp.assign(0, 100)
-    assert inp.classify(0, 100) is Verdict.PROCESS
-    assert inp.classify(0, 99) is Verdict.SEEN  # a copy re-fetched after a rebalance
-    assert inp.classify(0, 105) is Verdict.GAP  # 100..104 not seen
-    assert inp.classify(1, 100) is Verdict.STALE  # not ours
+    assert inp.classify(0, 100) is Arrival.PROCESS
+    assert inp.classify(0, 99) is Arrival.SEEN  # a copy re-fetched after a rebalance
+    assert inp.classify(0, 105) is Arrival.GAP  # 100..104 not seen
+    assert inp.classify(1, 100) is Arrival.STALE  # not ours
 
 
 def test_a_revoked_partition_is_stale_and_commits_nothing_more():
@@ -23,7 +23,7 @@ def test_a_revoked_partition_is_stale_and_commits_nothing_more():
     assert inp.to_commit() == {}
     inp.advance(0, 12)
     inp.revoke(0)
-    assert inp.classify(0, 13) is Verdict.STALE
+    assert inp.classify(0, 13) is Arrival.STALE
     assert inp.to_commit() == {}
 
 
@@ -44,4 +44,4 @@ def test_reassignment_starts_from_the_group_offset():
     inp.advance(0, 9)
     inp.revoke(0)
     inp.assign(0, 7)  # another worker committed less than we had: start where the group is
-    assert inp.classify(0, 7) is Verdict.PROCESS and inp.to_commit() == {}
+    assert inp.classify(0, 7) is Arrival.PROCESS and inp.to_commit() == {}

@@ -543,7 +543,7 @@ def test_layout_has_no_fixed_narrow_column_and_tables_scroll():
 
 
 def test_audit_block_says_what_was_established_about_signatures(tmp_path):
-    from streams.audit.audit import audit as run_audit
+    from streams.audit.run import audit as run_audit
     from streams.report import audit_summary
     from streams.signing import CommitmentSigner, generate_key, key_id
     from streams.testing.simulate import simulate_pipeline

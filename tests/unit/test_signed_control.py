@@ -266,7 +266,7 @@ def test_client_keyring_from_the_environment_and_unauthenticated_warning(tmp_pat
 
 
 def test_audit_names_every_forged_control_record(tmp_path):
-    from streams.audit.audit import audit
+    from streams.audit.run import audit
     from streams.files.archive import LogRecord
 
     from .test_audit import _signed_log

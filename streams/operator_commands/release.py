@@ -16,8 +16,8 @@ from streams.core.ids import hash_parts
 from streams.kafka import reader
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames
-from streams.operators.errors import OperatorError
-from streams.operators.publish import _not_delivered, _producer
+from streams.operator_commands.errors import OperatorError
+from streams.operator_commands.publish import _not_delivered, _producer
 
 
 def release_command_id(job_id: str, issued_ts: int) -> str:

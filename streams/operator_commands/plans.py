@@ -10,7 +10,7 @@ from streams.control.fold import ControlState, fold_control
 from streams.kafka import reader
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames
-from streams.operators.errors import OperatorError
+from streams.operator_commands.errors import OperatorError
 from streams.signing import check_control, unverified_row
 
 

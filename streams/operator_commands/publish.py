@@ -3,7 +3,7 @@
 
 Errors: :class:`~streams.kafka.reader.TopicNotFound` / :class:`~streams.kafka.reader.BrokerUnreachable`
 (before the file is read), :class:`~streams.files.jsonl.JsonlError` (a bad line: file, line,
-field; nothing is published), :class:`~streams.operators.errors.OperatorError` (a delivery failed),
+field; nothing is published), :class:`~streams.operator_commands.errors.OperatorError` (a delivery failed),
 :class:`~streams.kafka.errors.KafkaSecurityError` (the cluster refused the write: its one line
 names principal, operation and resource)."""
 
@@ -27,7 +27,7 @@ from streams.kafka.errors import KafkaAdapterError
 from streams.kafka.security import ErrorWatch, kafka_error_of
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames
-from streams.operators.errors import OperatorError
+from streams.operator_commands.errors import OperatorError
 
 
 @dataclass

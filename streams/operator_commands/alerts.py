@@ -8,7 +8,7 @@ from streams.codec import Codec, DecodeError, SchemaRegistryUnavailable
 from streams.kafka import reader
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames
-from streams.operators.errors import OperatorError
+from streams.operator_commands.errors import OperatorError
 
 
 def alerts(kafka: KafkaSettings | str, topics: TopicNames, codec: Codec | None = None, follow: bool = False,

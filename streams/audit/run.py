@@ -30,7 +30,7 @@ checkpoint nobody had written when it was folded; a missing one is a warning.
 Where each part is:
 
 =================================  ==============================================================
-:mod:`streams.audit.audit`         :func:`audit`: one process, or sharded by cohort
+:mod:`streams.audit.run`         :func:`audit`: one process, or sharded by cohort
 :mod:`streams.audit.auditor`       :class:`Auditor`: one audit of one log, the checks in order
 :mod:`streams.audit.chains`        ``chains`` (and the dead letters)
 :mod:`streams.audit.input_check`   ``input``; the processor's fold order
