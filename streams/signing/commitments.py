@@ -1,0 +1,114 @@
+"""The signature of a ``LineageCommitment`` (SPEC §9; the message is described in
+:mod:`streams.signing`): signing, checking, and the signer the referee signs with."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Iterable, Mapping
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from streams.core.commitment import check_heads
+from streams.signing.keys import COMMITMENT, TrustedKeys, key_id
+from streams.signing.message import (BAD_SIGNATURE, HEADS_MISMATCH, MALFORMED, OK, UNKNOWN_KEY, UNSIGNED, WRONG_ROLE,
+                                     SignatureCheck, Signer, part, public_key_of, signature_bytes, typed_field)
+
+#: the domain tag, the first part of every signing message
+DOMAIN = "traintrace/LineageCommitment/v1"
+
+
+def snapshot_digest(snapshot: Iterable[Mapping[str, Any]]) -> str:
+    """Hex SHA-256 of the snapshot's canonical JSON (see the module docstring)."""
+    if isinstance(snapshot, (str, bytes)) or not isinstance(snapshot, Iterable):
+        raise ValueError("snapshot must be a list of entries")
+    entries = []
+    for e in snapshot:
+        if not isinstance(e, Mapping):
+            raise ValueError(f"snapshot entry {e!r} is not an object")
+        entries.append({
+            "job_id": typed_field(e, "job_id", str),
+            "incarnation": typed_field(e, "incarnation", int),
+            "last_step": typed_field(e, "last_step", int, nullable=True),
+            "status": typed_field(e, "status", str),
+        })
+    text = json.dumps(entries, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+def signing_message(record: Mapping[str, Any]) -> bytes:
+    """The bytes a commitment's signature is over. Raises ValueError for a malformed record."""
+    if not isinstance(record, Mapping):
+        raise ValueError(f"a commitment must be an object, not {type(record).__name__}")
+    parts = [
+        (DOMAIN, "domain"),
+        (typed_field(record, "cohort_id", str), "cohort_id"),
+        (typed_field(record, "root", str), "root"),
+        (typed_field(record, "tree_size", int), "tree_size"),
+        (typed_field(record, "log_root", str, nullable=True), "log_root"),
+        (typed_field(record, "log_size", int, nullable=True), "log_size"),
+        (typed_field(record, "ts", int), "ts"),
+        (snapshot_digest(typed_field(record, "snapshot", list)), "snapshot"),
+    ]
+    if record.get("input_offset") is not None or record.get("input_partition") is not None:
+        # the point of the processor's input the commitment covers (schemas v3)
+        parts.append((typed_field(record, "input_partition", int, nullable=True), "input_partition"))
+        parts.append((typed_field(record, "input_offset", int, nullable=True), "input_offset"))
+    return b"".join(part(v, what) for v, what in parts)
+
+def sign_commitment(record: Mapping[str, Any], private_key: Ed25519PrivateKey) -> dict[str, Any]:
+    """A copy of ``record`` with ``signature`` (64 bytes) and ``key_id`` set."""
+    signature = private_key.sign(signing_message(record))
+    return {**record, "signature": signature, "key_id": key_id(private_key)}
+
+def check_commitment(record: Mapping[str, Any], trusted: Mapping[str, Any]) -> SignatureCheck:
+    """Verify a commitment's signature against the trusted keys ``{key_id: public key}``
+    (an Ed25519PublicKey, or its raw 32 bytes), and that its heads hash to its root.
+    Never raises. ``signature`` may be bytes or hex."""
+    if not isinstance(record, Mapping):
+        return SignatureCheck(False, MALFORMED, None, "a commitment must be an object")
+    kid = record.get("key_id")
+    sig_field = record.get("signature")
+    if sig_field is None or sig_field == b"" or sig_field == "":
+        return SignatureCheck(False, UNSIGNED, kid if isinstance(kid, str) else None,
+                              f"commitment of cohort {record.get('cohort_id')!r} carries no signature")
+    if not isinstance(kid, str) or not kid:
+        return SignatureCheck(False, UNSIGNED, None, "signature without a key_id")
+    key = trusted.get(kid) if isinstance(trusted, Mapping) else None
+    if key is None:
+        return SignatureCheck(False, UNKNOWN_KEY, kid, f"key {kid} is not in the trusted keyring")
+    if isinstance(trusted, TrustedKeys) and not trusted.allows(kid, COMMITMENT):
+        return SignatureCheck(False, WRONG_ROLE, kid,
+                              f"key {kid} ({', '.join(sorted(trusted.roles[kid]))}) may not sign commitments")
+    key = public_key_of(key)
+    if key is None:
+        return SignatureCheck(False, UNKNOWN_KEY, kid, f"trusted key {kid} is not a 32-byte Ed25519 key")
+    sig = signature_bytes(sig_field)
+    if sig is None:
+        return SignatureCheck(False, MALFORMED, kid, "signature is neither bytes nor hex")
+    try:
+        message = signing_message(record)
+    except ValueError as exc:
+        return SignatureCheck(False, MALFORMED, kid, str(exc))
+    try:
+        key.verify(sig, message)
+    except InvalidSignature:
+        return SignatureCheck(False, BAD_SIGNATURE, kid, f"the signature does not verify under key {kid}")
+    except (TypeError, ValueError, AttributeError) as exc:
+        return SignatureCheck(False, BAD_SIGNATURE, kid, f"cannot verify: {exc}")
+    problem = check_heads(record)
+    if problem is not None:
+        return SignatureCheck(False, HEADS_MISMATCH, kid, problem)
+    return SignatureCheck(True, OK, kid, f"signed by {kid}")
+
+def verify_commitment(record: Mapping[str, Any], trusted: Mapping[str, Any]) -> tuple[bool, str]:
+    """``(ok, reason)``: reason is ``OK`` or one of ``UNSIGNED``, ``UNKNOWN_KEY``, ``MALFORMED``,
+    ``BAD_SIGNATURE``, ``HEADS_MISMATCH``. Never raises (see :func:`check_commitment`)."""
+    c = check_commitment(record, trusted)
+    return c.ok, c.reason
+
+class CommitmentSigner(Signer):
+    """The callable a :class:`~streams.referee.referee.Referee` signs its commitments with."""
+
+    def __call__(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        return sign_commitment(record, self.private_key)
