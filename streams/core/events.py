@@ -8,7 +8,7 @@ the field. ``event_to_dict`` is its inverse. Nothing here does I/O.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Union
 
 from streams.core.errors import InvalidEvent
@@ -24,6 +24,12 @@ CONSUMPTION_MODES = (
     "OTHER",
 )
 FINISH_STATUSES = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+# the metadata of a field (the rest of its validation comes from its annotation: see _spec)
+#: the values an enumerated string field may take
+ONE_OF = "one_of"
+#: a nullable field that must be present all the same (null, not absent)
+PRESENT = "present"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +61,8 @@ class JobStarted(Envelope):
 class Progress(Envelope):
     step: int
     epoch: int
-    loss: float | None  # None (schemas v8): progress recorded without a training loss
+    #: None (schemas v8): progress recorded without a training loss; present all the same
+    loss: float | None = field(metadata={PRESENT: True})
     grad_norm: float | None
     lr: float | None
 
@@ -73,7 +80,7 @@ class CheckpointWritten(Envelope):
 class CheckpointConsumed(Envelope):
     source_checkpoint_id: str
     step: int
-    mode: str
+    mode: str = field(metadata={ONE_OF: CONSUMPTION_MODES})
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +102,7 @@ class RolledBack(Envelope):
 
 @dataclass(frozen=True, slots=True)
 class JobFinished(Envelope):
-    status: str
+    status: str = field(metadata={ONE_OF: FINISH_STATUSES})
     final_checkpoint_id: str | None
 
 
@@ -122,65 +129,44 @@ EVENT_TYPES: dict[str, type[Event]] = {
     )
 }
 
-# field name -> (kind, nullable); kinds: str, int, float, enum tuples
-_ENVELOPE_SPEC: dict[str, tuple[Any, bool]] = {
-    "job_id": ("str", False),
-    "seq": ("int", False),
-    "incarnation": ("int", False),
-    "ts": ("int", False),
-    "prev_hash": ("str", True),
-    "hash": ("str", True),
-    "signature": ("str", True),
-}
-_TYPE_SPEC: dict[str, dict[str, tuple[Any, bool]]] = {
-    "JobStarted": {
-        "cohort_id": ("str", False),
-        "base_model": ("str", False),
-        "base_checkpoint_id": ("str", True),
-        "config_hash": ("str", True),
-        "public_key": ("str", True),
-    },
-    "Progress": {
-        "step": ("int", False),
-        "epoch": ("int", False),
-        "loss": ("float", True),
-        "grad_norm": ("float", True),
-        "lr": ("float", True),
-    },
-    "CheckpointWritten": {
-        "checkpoint_id": ("str", False),
-        "step": ("int", False),
-        "epoch": ("int", False),
-        "content_hash": ("str", False),
-        "uri": ("str", False),
-    },
-    "CheckpointConsumed": {
-        "source_checkpoint_id": ("str", False),
-        "step": ("int", False),
-        "mode": (CONSUMPTION_MODES, False),
-    },
-    "DivergenceReported": {
-        "onset_step": ("int", False),
-        "detector": ("str", False),
-        "reason": ("str", False),
-    },
-    "RolledBack": {
-        "restored_checkpoint_id": ("str", True),
-        "resumed_step": ("int", False),
-        "command_id": ("str", True),
-        "from_scratch": ("bool", False),
-    },
-    "JobFinished": {
-        "status": (FINISH_STATUSES, False),
-        "final_checkpoint_id": ("str", True),
-    },
-}
+# field name -> (kind, nullable); kinds: "str", "int", "float", "bool", or the tuple of an
+# enumerated string. Derived from the dataclasses above, the one declaration of each event's
+# shape (tests/unit/test_event_shapes.py checks the .avsc files against them).
+_KINDS = {"str": "str", "int": "int", "float": "float", "bool": "bool"}
+
+
+def _spec(cls: type) -> tuple[dict[str, tuple[Any, bool]], set[str], dict[str, Any]]:
+    """(field -> (kind, nullable), the fields that may be absent, their values when absent) of
+    an event class: a field is nullable when annotated ``X | None``; a nullable field may be
+    absent (it is then null) unless marked :data:`PRESENT`; a field with another default may be
+    absent too (a field added later, whose default is what every older event meant)."""
+    spec: dict[str, tuple[Any, bool]] = {}
+    optional: set[str] = set()
+    defaults: dict[str, Any] = {}
+    for f in fields(cls):
+        annotation = str(f.type).replace(" ", "")
+        nullable = annotation.endswith("|None")
+        kind = f.metadata.get(ONE_OF) or _KINDS[annotation.removesuffix("|None")]
+        spec[f.name] = (kind, nullable)
+        has_default = f.default is not MISSING
+        if (nullable and not f.metadata.get(PRESENT)) or has_default:
+            optional.add(f.name)
+        if has_default and not nullable:
+            defaults[f.name] = f.default
+    return spec, optional, defaults
+
+
+_ENVELOPE_SPEC: dict[str, tuple[Any, bool]] = _spec(Envelope)[0]
+_TYPE_SPEC: dict[str, dict[str, tuple[Any, bool]]] = {}
 # optional keys: may be absent from the dict (treated as null, or as their default below)
-_OPTIONAL = {"prev_hash", "hash", "signature", "public_key", "config_hash", "grad_norm", "lr", "command_id",
-             "final_checkpoint_id", "base_checkpoint_id", "restored_checkpoint_id", "from_scratch"}
-# optional keys that are not nullable: their value when absent (a field added later, whose
-# default is what every older event meant)
-_DEFAULTS: dict[str, Any] = {"from_scratch": False}
+_OPTIONAL: set[str] = set()
+# optional keys that are not nullable: their value when absent
+_DEFAULTS: dict[str, Any] = {}
+for _name, _cls in EVENT_TYPES.items():
+    _all, _opt, _dft = _spec(_cls)
+    _TYPE_SPEC[_name] = {k: v for k, v in _all.items() if k not in _ENVELOPE_SPEC}
+    _OPTIONAL |= _opt
+    _DEFAULTS.update(_dft)
 
 
 def _check(name: str, value: Any, kind: Any, nullable: bool) -> Any:
