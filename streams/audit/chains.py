@@ -38,19 +38,19 @@ from streams.audit.items import where
 from streams.audit.report import Check, Finding
 
 if TYPE_CHECKING:
-    from streams.audit.auditor import Auditor
+    from streams.audit.context import AuditContext
 
 #: one decoded event of the events topic: (record, event, canonical bytes and null map)
 Decoded = tuple[LogRecord, Event, Any]
 
 
-def read_dead_letters(a: Auditor) -> None:
+def read_dead_letters(a: AuditContext) -> None:
     """The events positions the dead-letter topic accounts for, into ``a.dead``."""
     for pos, _kind, _reason in _dead_letters(a):
         a.dead.add(pos)
 
 
-def _dead_letters(a: Auditor) -> list[tuple[tuple[int, int], str, str]]:
+def _dead_letters(a: AuditContext) -> list[tuple[tuple[int, int], str, str]]:
     """(events position, error kind, reason) of every dead letter of the events topic."""
     events_topic = (a.log.meta.get("topics") or {}).get("events")
     out = []
@@ -66,7 +66,7 @@ def _dead_letters(a: Auditor) -> list[tuple[tuple[int, int], str, str]]:
     return out
 
 
-def check_chains(a: Auditor) -> None:
+def check_chains(a: AuditContext) -> None:
     """Decode every event once; tell each keyed job's forgeries from its record; check each
     job's seq continuity and hash links over the rest."""
     chk = a.checks["chains"]
@@ -80,7 +80,7 @@ def check_chains(a: Auditor) -> None:
     chk.counts["jobs"] = len({ev.job_id for _r, ev, _c in decoded})
 
 
-def _decode_all(a: Auditor) -> list[Decoded]:
+def _decode_all(a: AuditContext) -> list[Decoded]:
     """Every event of the events topic decoded, in offset order (``a.by_origin`` and
     ``a.canonical`` filled); an undecodable record is judged by :func:`_undecodable`."""
     recs = a.log.topic("events")
@@ -102,7 +102,7 @@ def _decode_all(a: Auditor) -> list[Decoded]:
     return out
 
 
-def _check_links(a: Auditor, decoded: list[Decoded]) -> None:
+def _check_links(a: AuditContext, decoded: list[Decoded]) -> None:
     """Per job: seq 0, 1, 2, … (no gap, no conflicting duplicate), seq 0 a JobStarted, every
     hash its content's and linked to the previous one."""
     chk = a.checks["chains"]
@@ -153,7 +153,7 @@ class Forgery:
     tail: bool = False
 
 
-def _judge_seals(a: Auditor, decoded: list[Decoded]) -> set[tuple[int, int]]:
+def _judge_seals(a: AuditContext, decoded: list[Decoded]) -> set[tuple[int, int]]:
     """Name every forgery of a keyed job and count every unsealed tail; returns the positions
     the link checks leave out (forgeries and tails)."""
     chk = a.checks["chains"]
@@ -283,7 +283,7 @@ def _linked_forward(authentic: set[str], last: int, ok: list) -> set[str]:
     return reach - authentic
 
 
-def _report_forgery(a: Auditor, chk: Check, f: Forgery, dead: bool, last_input_ts: int | None) -> None:
+def _report_forgery(a: AuditContext, chk: Check, f: Forgery, dead: bool, last_input_ts: int | None) -> None:
     """A dead-lettered forgery is a warning (the processor refused it); one past the last seal
     is a warning (the processor holds it until a seal comes); one the processor should have
     refused by now and did not dead-letter is a failure."""
@@ -326,7 +326,7 @@ def _count(chk: Check, key: str, n: int = 1) -> None:
     chk.counts[key] = chk.counts.get(key, 0) + n
 
 
-def _undecodable(a: Auditor, rec: LogRecord, exc: Exception) -> None:
+def _undecodable(a: AuditContext, rec: LogRecord, exc: Exception) -> None:
     """An event record that does not decode: fine when dead-lettered; a failure when the
     processor's topics are there to show it was not; else (an events-only log) a warning."""
     chk = a.checks["chains"]

@@ -22,7 +22,7 @@ from streams.audit.items import FoldItem, where
 from streams.audit.report import Finding
 
 if TYPE_CHECKING:
-    from streams.audit.auditor import Auditor
+    from streams.audit.context import AuditContext
 
 #: cohort -> fold position -> the published commitments that cover it
 Targets = dict[str, dict[tuple, list[tuple[LogRecord, dict[str, Any]]]]]
@@ -30,7 +30,7 @@ Targets = dict[str, dict[tuple, list[tuple[LogRecord, dict[str, Any]]]]]
 Expected = dict[str, list[tuple[R.Emission, FoldItem | None]]]
 
 
-def commitment_targets(a: Auditor) -> Targets:
+def commitment_targets(a: AuditContext) -> Targets:
     """Published commitments, by cohort and by the fold position they cover: ("o", p, o) after
     the input record at ``input_partition``/``input_offset``, ("a", n) after the n-th accepted
     event (``log_size``), or ("i", k) after the k-th folded item (from the heads)."""
@@ -80,7 +80,7 @@ def commitment_targets(a: Auditor) -> Targets:
     return out
 
 
-def check_commitments(a: Auditor, referee: Referee, cohort: str, pending: Targets, key: tuple,
+def check_commitments(a: AuditContext, referee: Referee, cohort: str, pending: Targets, key: tuple,
                       expected: Expected) -> None:
     """The commitments of ``cohort`` due at fold position ``key``, recomputed from the referee's
     engine now and compared; each recomputed one is added to ``expected``."""
@@ -105,7 +105,7 @@ def check_commitments(a: Auditor, referee: Referee, cohort: str, pending: Target
         pending.pop(cohort, None)
 
 
-def check_signature(a: Auditor, rec: LogRecord, value: dict[str, Any]) -> None:
+def check_signature(a: AuditContext, rec: LogRecord, value: dict[str, Any]) -> None:
     """Count the commitment's signature as signed/unsigned and, with trusted keys, verify it."""
     chk = a.checks["commitments"]
     sig = value.get("signature")

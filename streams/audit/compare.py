@@ -30,12 +30,12 @@ from streams.audit.items import FoldItem, after, where
 from streams.audit.report import Check, Finding
 
 if TYPE_CHECKING:
-    from streams.audit.auditor import Auditor
+    from streams.audit.context import AuditContext
 
 Decided = list[tuple[R.Emission, FoldItem | None]]
 
 
-def _absent(a: Auditor, chk: Check, topic: str, what: str, recomputed: int) -> bool:
+def _absent(a: AuditContext, chk: Check, topic: str, what: str, recomputed: int) -> bool:
     """Skip ``chk`` when the log has no ``topic`` (nothing to compare with)."""
     if a.present(topic):
         return False
@@ -48,7 +48,7 @@ def _absent(a: Auditor, chk: Check, topic: str, what: str, recomputed: int) -> b
 # ---------------------------------------------------------------------------- commands
 
 
-def compare_control(a: Auditor, expected: Decided, at_end: list[R.Emission]) -> None:
+def compare_control(a: AuditContext, expected: Decided, at_end: list[R.Emission]) -> None:
     chk = a.checks["commands"]
     if _absent(a, chk, "control", "commands", len(expected)):
         return
@@ -68,7 +68,7 @@ def compare_control(a: Auditor, expected: Decided, at_end: list[R.Emission]) -> 
                              job_id=em.value["job_id"]))
 
 
-def _published_commands(a: Auditor, chk: Check, want: dict[str, tuple[R.Emission, FoldItem | None]],
+def _published_commands(a: AuditContext, chk: Check, want: dict[str, tuple[R.Emission, FoldItem | None]],
                         order_of_job: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
     """Every command on the topic held to the one the replay issued; returns them by id."""
     last_index: dict[str, tuple[int, str, str]] = {}  # job -> (chain index, command id, where)
@@ -114,7 +114,7 @@ def _published_commands(a: Auditor, chk: Check, want: dict[str, tuple[R.Emission
 _SIGNATURE_FIELDS = ("signature", "key_id")
 
 
-def check_control_signature(a: Auditor, chk: Check, rec: Any, name: str, value: dict[str, Any]) -> None:
+def check_control_signature(a: AuditContext, chk: Check, rec: Any, name: str, value: dict[str, Any]) -> None:
     """With trusted keys, verify the control record's signature: a record that is unsigned, by
     an unknown key, by a key whose role may not sign it, or whose signature does not verify is a
     failure naming it (partition@offset, command id, what is wrong)."""
@@ -148,7 +148,7 @@ def _check_plan_order(chk: Check, name: str, cid: str, job: str, chain: list[str
         last_index[job] = (idx, cid, at)
 
 
-def _missing_commands(a: Auditor, chk: Check, want: dict[str, tuple[R.Emission, FoldItem | None]],
+def _missing_commands(a: AuditContext, chk: Check, want: dict[str, tuple[R.Emission, FoldItem | None]],
                       order_of_job: dict[str, list[str]], got: dict[str, dict[str, Any]]) -> None:
     """Every command the replay issued and the topic lacks: a failure, or a warning when a
     worker had a reason not to publish it."""
@@ -180,7 +180,7 @@ def _missing_commands(a: Auditor, chk: Check, want: dict[str, tuple[R.Emission, 
 # ---------------------------------------------------------------------------- manifests
 
 
-def compare_manifests(a: Auditor, expected: Decided) -> None:
+def compare_manifests(a: AuditContext, expected: Decided) -> None:
     chk = a.checks["manifests"]
     if _absent(a, chk, "manifests", "versions", len(expected)):
         return
@@ -201,7 +201,7 @@ def compare_manifests(a: Auditor, expected: Decided) -> None:
             a.missing(chk, f)
 
 
-def _published_manifests(a: Auditor, chk: Check, want: dict[tuple[str, int], tuple[R.Emission, FoldItem | None]]
+def _published_manifests(a: AuditContext, chk: Check, want: dict[tuple[str, int], tuple[R.Emission, FoldItem | None]]
                          ) -> tuple[dict[tuple[str, int], dict[str, Any]], dict[str, int]]:
     """Every manifest version on the topic held to the one the replay decided; returns them by
     (incident, version), and each incident's latest version published."""

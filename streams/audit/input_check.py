@@ -22,10 +22,10 @@ from streams.audit.items import FoldItem, where
 from streams.audit.report import Finding
 
 if TYPE_CHECKING:
-    from streams.audit.auditor import Auditor
+    from streams.audit.context import AuditContext
 
 
-def check_input(a: Auditor) -> None:
+def check_input(a: AuditContext) -> None:
     chk = a.checks["input"]
     if not a.log.has_input:
         chk.skipped = True
@@ -38,7 +38,7 @@ def check_input(a: Auditor) -> None:
     _never_folded(a, routed)
 
 
-def _events_order(a: Auditor) -> None:
+def _events_order(a: AuditContext) -> None:
     """The fold order of a log without the processor's input: the events' own, routed as the
     router would."""
     router = CohortRouter()
@@ -47,7 +47,7 @@ def _events_order(a: Auditor) -> None:
             a.items.append(FoldItem(router.route(ev), ev, rec.timestamp, 0, rec))
 
 
-def _read_input(a: Auditor) -> set[tuple[int, int]]:
+def _read_input(a: AuditContext) -> set[tuple[int, int]]:
     """Every input batch in order, into ``a.items``, each routed event checked against the
     events log; returns the events positions routed."""
     chk = a.checks["input"]
@@ -99,7 +99,7 @@ def _read_input(a: Auditor) -> set[tuple[int, int]]:
     return routed
 
 
-def _not_the_logged_bytes(a: Auditor, rec: LogRecord, r: dict, orec: LogRecord, ev: Event | None) -> Event | None:
+def _not_the_logged_bytes(a: AuditContext, rec: LogRecord, r: dict, orec: LogRecord, ev: Event | None) -> Event | None:
     """A routed event whose bytes are not the events log's (or the logged ones do not decode):
     a failure. Returns the event as routed, which is what the processor folded (None when it
     does not decode either)."""
@@ -114,7 +114,7 @@ def _not_the_logged_bytes(a: Auditor, rec: LogRecord, r: dict, orec: LogRecord, 
     return folded
 
 
-def _never_folded(a: Auditor, routed: set[tuple[int, int]]) -> None:
+def _never_folded(a: AuditContext, routed: set[tuple[int, int]]) -> None:
     """Valid events the input never routed nor the dead-letter topic holds: a failure, or a
     warning for the tail the processor had not reached when the log was read or cut."""
     chk = a.checks["input"]

@@ -21,10 +21,10 @@ from streams.audit.snapshots import unreached as unreached_snapshots
 from streams.audit.report import Finding
 
 if TYPE_CHECKING:
-    from streams.audit.auditor import Auditor
+    from streams.audit.context import AuditContext
 
 
-def replay(a: Auditor) -> tuple[Expected, list[R.Emission], Referee]:
+def replay(a: AuditContext) -> tuple[Expected, list[R.Emission], Referee]:
     """Fold ``a.items``: what the referee decided on the way (by topic, each with the item it
     came after), the halts it would issue at the end of the input, and the referee."""
     referee = Referee(a.config)
@@ -40,7 +40,7 @@ def replay(a: Auditor) -> tuple[Expected, list[R.Emission], Referee]:
     return expected, _halts_at_end(referee), referee
 
 
-def _fold(a: Auditor, referee: Referee, pending: Targets, expected: Expected, snaps: SnapTargets) -> None:
+def _fold(a: AuditContext, referee: Referee, pending: Targets, expected: Expected, snaps: SnapTargets) -> None:
     # cohort -> (items folded, events accepted)
     counts: dict[str, list[int]] = {}
     total = len(a.items)
@@ -79,7 +79,7 @@ def _fold(a: Auditor, referee: Referee, pending: Targets, expected: Expected, sn
     a.tick("replay", total, total)
 
 
-def _unreached(a: Auditor, pending: Targets) -> None:
+def _unreached(a: AuditContext, pending: Targets) -> None:
     """Commitments still pending after the fold cover a position the log does not reach."""
     chk = a.checks["commitments"]
     for cohort, targets in pending.items():

@@ -21,13 +21,13 @@ from streams.referee import snapshots as images
 from streams.referee.referee import Referee
 
 if TYPE_CHECKING:
-    from streams.audit.auditor import Auditor
+    from streams.audit.context import AuditContext
 
 #: cohort -> ("o", partition, input offset) -> the snapshots that cover exactly that input
 Targets = dict[str, dict[tuple, list[tuple[LogRecord, dict[str, Any]]]]]
 
 
-def snapshot_targets(a: Auditor) -> Targets:
+def snapshot_targets(a: AuditContext) -> Targets:
     """The snapshots of the log, filed by cohort and the input record they cover; a record whose
     state is not its digest's, or whose signature does not verify, fails here."""
     chk = a.checks["snapshots"]
@@ -50,7 +50,7 @@ def snapshot_targets(a: Auditor) -> Targets:
     return out
 
 
-def _intact(a: Auditor, rec: LogRecord, value: dict[str, Any]) -> bool:
+def _intact(a: AuditContext, rec: LogRecord, value: dict[str, Any]) -> bool:
     chk = a.checks["snapshots"]
     try:
         images.verify(value["state"], value["digest"])
@@ -75,7 +75,7 @@ def plain_ref(ref: Any) -> Any:
     return ref.routed if isinstance(ref, FoldItem) else ref
 
 
-def check_snapshots(a: Auditor, referee: Referee, cohort: str, pending: Targets, key: tuple) -> None:
+def check_snapshots(a: AuditContext, referee: Referee, cohort: str, pending: Targets, key: tuple) -> None:
     """The snapshots of ``cohort`` due at ``key``: the referee's encoding of the cohort now must
     have their digest."""
     targets = pending.get(cohort)
@@ -94,7 +94,7 @@ def check_snapshots(a: Auditor, referee: Referee, cohort: str, pending: Targets,
         pending.pop(cohort, None)
 
 
-def unreached(a: Auditor, pending: Targets) -> None:
+def unreached(a: AuditContext, pending: Targets) -> None:
     """Snapshots still pending after the fold cover input the log does not have."""
     chk = a.checks["snapshots"]
     for cohort, targets in pending.items():
