@@ -40,7 +40,8 @@ the choice of the one to apply (``ControlCommand``, ``command_from_record``, ``J
 from streams.client.errors import ClientError, GateRefused
 from streams.client.gate import checkpoint_status
 from streams.client.hashing import LoadedContent, hash_directory, hash_file, hash_path
-from streams.client.job import QUARANTINE_FILE, JobClient
+from streams.client.commands import QUARANTINE_FILE
+from streams.client.job import JobClient
 from streams.client.journal import JOURNAL_FILE, WAL_FILE
 from streams.client.restored import Restored
 from streams.client.sealing import JOB_KEY_ENV, JOB_KEY_FILE, SealSchedule

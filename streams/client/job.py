@@ -89,7 +89,6 @@ What it guarantees:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import queue
@@ -99,36 +98,31 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from streams.client.commands import CommandsMixin
 from streams.client.control import ControlFetcher, Fetched
 from streams.client.delivery import Delivery
 from streams.client.errors import ClientError, GateRefused
 from streams.client.gate import checkpoint_status
 from streams.client.hashing import LoadedContent, hash_path
 from streams.client.journal import Journal, WalEntry
-from streams.client.restored import Restored
-from streams.client.sealing import SEAL_EVERY, SEAL_MS, SealSchedule, resolve_job_key, sealed_dict
+from streams.client.sealing import SEAL_EVERY, SEAL_MS, SealingMixin, SealSchedule, resolve_job_key
 from streams.codec import Codec, EncodeError
 from streams.control.commands import ControlCommand
-from streams.control.obey import ACTIONS, HALT, QUARANTINE, RELEASE, ROLLBACK, JobView, decide
 from streams.core.chain import GENESIS, chain_hash
 from streams.core.errors import InvalidEvent
 from streams.core.events import CONSUMPTION_MODES, FINISH_STATUSES, Event, parse_event
 from streams.core.seals import Sealer, public_key_hex
-from streams.files.atomic import atomic_write
 from streams.kafka.errors import KafkaAdapterError
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames
-from streams.signing import TRUSTED_KEYS_ENV, SigningError, TrustedKeys, check_control
+from streams.signing import TRUSTED_KEYS_ENV, SigningError, TrustedKeys
 
 log = logging.getLogger("traintrace.client")
 _warned_unauthenticated = False
 #: a job client on a secured cluster runs without a keyring only when told (``allow_unsigned_control``)
 ALLOW_UNSIGNED_ENV = "TRAINTRACE_ALLOW_UNSIGNED_CONTROL"
-#: rejected commands kept for :attr:`JobClient.rejected_commands` (the count has them all)
-MAX_REJECTED_KEPT = 1000
 
 GATE_MODES = ("refuse", "warn")
-QUARANTINE_FILE = "QUARANTINED"
 
 Callback = Callable[[ControlCommand], None]
 RejectedCallback = Callable[[ControlCommand, str], None]
@@ -191,7 +185,7 @@ def _kafka_settings(bootstrap: KafkaSettings | str | None) -> KafkaSettings:
         raise ClientError(f"{exc} (JobClient: pass bootstrap=)") from exc
 
 
-class JobClient:
+class JobClient(CommandsMixin, SealingMixin):
     """The training job's client (see the module doc).
 
     :param job_id, cohort_id, base_model: the job (SPEC §2, §4 ``JobStarted``).
@@ -576,51 +570,7 @@ class JobClient:
             self._maybe_compact()
             return ev
 
-    # -- seals -----------------------------------------------------------------------------------
-
-    def _seal_head(self, why: str) -> bool:
-        """Under the lock: send a seal record of the head event (module doc); False when there
-        is no head content to seal (nothing emitted, or a journal without its head entry)."""
-        data = self._head_data
-        if data is None:
-            head = self._journal.head_entry
-            if head is None:
-                log.warning("traintrace client %s: the head event (seq %d) is not in the journal, so it "
-                            "cannot be sealed again; the job's next sealed event vouches for it", self.job_id,
-                            self.seq)
-                return False
-            data = self.codec.decode_event(head.value)
-        value = self.codec.encode_event(sealed_dict(data, self._seals))
-        self._delivery.send_seal(data["seq"], value, self._event_headers(data["type"]))
-        self._seal_policy.head_sealed()
-        self.seal_records += 1
-        log.debug("traintrace client %s: seal record of seq %d (%s)", self.job_id, data["seq"], why)
-        return True
-
-    def _seal_restarted_head(self) -> None:
-        """A restart whose head event was never sealed seals it now: the events before it may be
-        held by the processor, waiting for a seal that the last process did not send."""
-        head = self._journal.head_entry
-        if self._key is not None and self._journal.state.started and not (head is not None and head.sealed):
-            self._seal_head("restart")
-
-    def _seal_pending(self, why: str) -> None:
-        """Under the lock: seal the head if events wait unsealed (flush, close)."""
-        if self._key is not None and self._seal_policy.unsealed > 0 and not self._closed:
-            self._seal_head(why)
-
-    def _seal_loop(self) -> None:
-        """The timer: a seal record when the job went idle with unsealed events."""
-        tick = max(0.005, self._seal_policy.ms / 4000)
-        while not self._sealer_stop.wait(tick):
-            try:
-                with self._lock:
-                    if self._closed or self._delivery.closed:  # closed, or a test's simulated crash
-                        return
-                    if self._seal_policy.idle_due(time.monotonic() * 1000):
-                        self._seal_head("idle")
-            except Exception:  # never let the timer die silently; the next seal covers the run
-                log.exception("traintrace client %s: sealing the head failed", self.job_id)
+    # -- seals: SealingMixin (streams.client.sealing) ----------------------------------------------
 
     def _event_headers(self, etype: str) -> list | None:
         """The Kafka headers of an event of type ``etype`` (None for a type this codec does not
@@ -667,153 +617,7 @@ class JobClient:
         log.warning("traintrace client %s: %s; gate=warn: loading it anyway", self.job_id, why)
         return info
 
-    # -- control ---------------------------------------------------------------------------------
-
-    def poll(self, timeout: float = 0.0) -> list[ControlCommand]:
-        """Process the job's control records fetched so far (waiting up to ``timeout`` s for the
-        first); run the callbacks in this thread (one poll at a time: a second thread calling it
-        waits). Returns every record processed, each with its
-        ``outcome`` (``rollback``, ``halt``, ``release``, ``quarantine``: applied; or
-        ``superseded``, ``stale``, ``duplicate``, ``cleared``, ``no-change``, ``finished``,
-        ``future``, ``unhandled``)."""
-        with self._poll_lock:
-            return self._poll(timeout)
-
-    def _poll(self, timeout: float) -> list[ControlCommand]:
-        if self._closed:
-            return []
-        items = self._inbox
-        self._inbox = []
-        try:
-            if not items and timeout > 0:
-                items.append(self._queue.get(timeout=timeout))
-        except queue.Empty:
-            return []
-        while True:
-            try:
-                items.append(self._queue.get_nowait())
-            except queue.Empty:
-                break
-        if not items:
-            return []
-        with self._lock:
-            st = self._journal.state
-            view = JobView(st.incarnation, set(st.applied_commands), st.halt is not None, st.finished)
-            batch = self._verified([c for it in items for c in it.commands])
-            decided = decide(view, batch)
-        results: list[ControlCommand] = []
-        try:
-            for c in decided:
-                if c.outcome in ACTIONS:
-                    c = self._apply(c)
-                results.append(c)
-        except BaseException:
-            self._inbox = items + self._inbox  # decided again at the next poll
-            raise
-        with self._lock:
-            st = self._journal.state
-            for c in decided:  # a halt or release is never acted on twice, whatever its outcome
-                if c.kind == "HaltCommand" and c.command_id not in st.applied_commands:
-                    st.applied_commands.append(c.command_id)
-            st.control_topic = self.topics.control
-            st.control_positions = dict(items[-1].positions)
-            self._journal.save()
-            self.commands_seen += len(results)
-        for c in results:
-            log.info("traintrace client %s: %s %s (%s) -> %s", self.job_id, c.kind, c.command_id[:12],
-                     c.action, c.outcome)
-        return results
-
-    def _verified(self, batch: list[ControlCommand]) -> list[ControlCommand]:
-        """The commands whose signature verifies (all of them without a keyring); the others
-        are rejected here, before the fold of :func:`decide` sees them."""
-        if self.trusted_keys is None or not batch:
-            return batch
-        ok: list[ControlCommand] = []
-        for c in batch:
-            chk = check_control(c.kind, c.record, self.trusted_keys)
-            if chk.ok:
-                ok.append(c)
-            else:
-                self._reject(c, f"{chk.reason}: {chk.detail}")
-        return ok
-
-    def _reject(self, c: ControlCommand, reason: str) -> None:
-        self.commands_rejected += 1
-        self.rejected_commands.append((replace(c, outcome="rejected"), reason))
-        del self.rejected_commands[:-MAX_REJECTED_KEPT]
-        log.error("traintrace client %s: REJECTED %s %s (%s) at %s[%s]@%s, not applied: %s", self.job_id, c.kind,
-                  c.command_id[:12], c.action, self.topics.control, c.partition, c.offset, reason)
-        if self.on_rejected is not None:
-            try:
-                self.on_rejected(c, reason)
-            except Exception:  # a reporting hook must not stop the training loop
-                log.exception("traintrace client %s: on_rejected failed", self.job_id)
-
-    def _apply(self, c: ControlCommand) -> ControlCommand:
-        if c.outcome == ROLLBACK:
-            if self.on_rollback is None:
-                log.warning("traintrace client %s: %s %s to %s at step %s, and no on_rollback: call "
-                            "rolled_back() once restored", self.job_id, c.action, c.command_id[:12],
-                            c.target_checkpoint_id, c.target_step)
-                return replace(c, outcome="unhandled")
-            log.warning("traintrace client %s: %s to %s (step %s) by command %s", self.job_id, c.action,
-                        c.target_checkpoint_id, c.target_step, c.command_id[:12])
-            done = self.on_rollback(c)
-            # the callback may say how it restored; otherwise it did what the command asked
-            r = done if isinstance(done, Restored) else Restored.of(c)
-            self.rolled_back(r.checkpoint_id, r.step, c.command_id, from_scratch=r.from_scratch)
-        elif c.outcome == QUARANTINE:
-            (self.on_quarantine or self._default_quarantine)(c)
-            self._record_applied(c)
-        elif c.outcome == HALT:
-            with self._lock:
-                self._journal.state.halt = {"command_id": c.command_id, "reason": c.reason,
-                                            "detail": c.detail, "issued_ts": c.issued_ts}
-                self._record_applied(c)
-            log.warning("traintrace client %s: halted (%s): %s", self.job_id, c.reason, c.detail)
-            if self.on_halt is not None:
-                self.on_halt(c)
-        elif c.outcome == RELEASE:
-            with self._lock:
-                self._journal.state.halt = None
-                self._record_applied(c)
-            log.warning("traintrace client %s: released: %s", self.job_id, c.detail)
-            if self.on_release is not None:
-                self.on_release(c)
-        self.commands_applied += 1
-        return c
-
-    def _record_applied(self, c: ControlCommand) -> None:
-        with self._lock:
-            st = self._journal.state
-            if c.command_id not in st.applied_commands:
-                st.applied_commands.append(c.command_id)
-            self._journal.save()
-
-    def _default_quarantine(self, c: ControlCommand) -> None:
-        log.warning("traintrace client %s: QUARANTINE by command %s: do not ship %s (incidents %s)",
-                    self.job_id, c.command_id[:12], ", ".join(c.quarantined_checkpoint_ids),
-                    ", ".join(c.incident_ids))
-        atomic_write(self.journal_dir / QUARANTINE_FILE, (json.dumps({
-            "job_id": self.job_id, "command_id": c.command_id, "incarnation": c.incarnation,
-            "incident_ids": list(c.incident_ids),
-            "quarantined_checkpoint_ids": list(c.quarantined_checkpoint_ids),
-            "issued_ts": c.issued_ts}, indent=1) + "\n").encode("utf-8"))
-
-    def wait_while_halted(self, timeout: float | None = None) -> bool:
-        """Poll until the job is not halted (True), or ``timeout`` s passed (False). Callbacks
-        (on_release, a rollback arriving meanwhile) run in this thread."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        self.poll(0)
-        while self.halted:
-            if self._closed:
-                raise ClientError("the client was closed while the job is halted")
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return False
-            self.poll(0.5 if left is None else max(0.01, min(0.5, left)))
-        return True
+    # -- control: CommandsMixin (streams.client.commands) -------------------------------------------
 
     # -- flushing and closing --------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -160,3 +161,53 @@ def _kept_key(directory: Path, declared: str | None) -> Ed25519PrivateKey:
         raise ClientError(f"job key: {exc}") from exc
     log.info("traintrace client: generated the job's key %s (public %s…)", path, public_key_hex(key)[:16])
     return key
+
+
+class SealingMixin:
+    """Sending seal records of the head event: on demand, after a restart, before a flush or
+    close, and from the idle timer (a part of ``JobClient``: it uses the client's journal,
+    delivery, lock and :class:`SealSchedule`)."""
+
+    def _seal_head(self, why: str) -> bool:
+        """Under the lock: send a seal record of the head event (module doc); False when there
+        is no head content to seal (nothing emitted, or a journal without its head entry)."""
+        data = self._head_data
+        if data is None:
+            head = self._journal.head_entry
+            if head is None:
+                log.warning("traintrace client %s: the head event (seq %d) is not in the journal, so it "
+                            "cannot be sealed again; the job's next sealed event vouches for it", self.job_id,
+                            self.seq)
+                return False
+            data = self.codec.decode_event(head.value)
+        value = self.codec.encode_event(sealed_dict(data, self._seals))
+        self._delivery.send_seal(data["seq"], value, self._event_headers(data["type"]))
+        self._seal_policy.head_sealed()
+        self.seal_records += 1
+        log.debug("traintrace client %s: seal record of seq %d (%s)", self.job_id, data["seq"], why)
+        return True
+
+    def _seal_restarted_head(self) -> None:
+        """A restart whose head event was never sealed seals it now: the events before it may be
+        held by the processor, waiting for a seal that the last process did not send."""
+        head = self._journal.head_entry
+        if self._key is not None and self._journal.state.started and not (head is not None and head.sealed):
+            self._seal_head("restart")
+
+    def _seal_pending(self, why: str) -> None:
+        """Under the lock: seal the head if events wait unsealed (flush, close)."""
+        if self._key is not None and self._seal_policy.unsealed > 0 and not self._closed:
+            self._seal_head(why)
+
+    def _seal_loop(self) -> None:
+        """The timer: a seal record when the job went idle with unsealed events."""
+        tick = max(0.005, self._seal_policy.ms / 4000)
+        while not self._sealer_stop.wait(tick):
+            try:
+                with self._lock:
+                    if self._closed or self._delivery.closed:  # closed, or a test's simulated crash
+                        return
+                    if self._seal_policy.idle_due(time.monotonic() * 1000):
+                        self._seal_head("idle")
+            except Exception:  # never let the timer die silently; the next seal covers the run
+                log.exception("traintrace client %s: sealing the head failed", self.job_id)
