@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from streams.core import objgraph as G
 from streams.core import snapshot as S
 from streams.core.decide import Lineage
 from streams.core.errors import CoreError
@@ -327,7 +328,7 @@ def test_bytes_do_not_depend_on_hash_randomisation():
 
 def _raw(tree) -> bytes:
     """A snapshot whose payload is ``tree``, as a forger would write it."""
-    return S._HEADER + zlib.compress(json.dumps(tree).encode())
+    return G._HEADER + zlib.compress(json.dumps(tree).encode())
 
 
 def _refused(data, c: SnapshotCodec | None = None, **kw) -> str:
@@ -345,10 +346,10 @@ def test_snapshot_error_is_a_traintrace_error():
 @pytest.mark.parametrize("data", [
     b"", b"TT", b"garbage bytes here", S.MAGIC, S.MAGIC + b"\x00",
     S.MAGIC + (2).to_bytes(2, "big") + zlib.compress(b"1"),  # a future version
-    S._HEADER + b"not zlib at all",
-    S._HEADER + zlib.compress(b"1") + b"trailing",
-    S._HEADER + zlib.compress(b"{not json"),
-    S._HEADER + zlib.compress(b"\xff\xfe"),
+    G._HEADER + b"not zlib at all",
+    G._HEADER + zlib.compress(b"1") + b"trailing",
+    G._HEADER + zlib.compress(b"{not json"),
+    G._HEADER + zlib.compress(b"\xff\xfe"),
 ])
 def test_malformed_bytes_are_refused(data):
     _refused(data)
@@ -401,11 +402,11 @@ def test_a_forged_class_name_never_builds_anything(monkeypatch):
 
 
 def test_deep_nesting_is_refused_not_crashing():
-    _refused(S._HEADER + zlib.compress(b"[\"l\"," * 100_000 + b"1" + b"]" * 100_000))
+    _refused(G._HEADER + zlib.compress(b"[\"l\"," * 100_000 + b"1" + b"]" * 100_000))
 
 
 def test_a_zlib_bomb_is_refused(monkeypatch):
-    monkeypatch.setattr(S, "MAX_PAYLOAD", 1000)
+    monkeypatch.setattr(G, "MAX_PAYLOAD", 1000)
     data = codec().dumps(["x" * 5000])
     msg = _refused(data)
     assert "inflates past" in msg
