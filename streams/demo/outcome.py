@@ -9,6 +9,7 @@ import json
 from collections import Counter, defaultdict
 from typing import Any
 
+from streams.control.commands import HALT_RECORD, action_of
 from streams.demo.readback import ReadBack
 from streams.demo.run_setup import RunSetup
 from streams.demo.story import check_story
@@ -96,10 +97,9 @@ def for_json(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def _action(name: str, rec: dict[str, Any]) -> Any:
-    """What a control record asks: a rollback's action, QUARANTINE, CLEAR, or a halt's reason."""
-    if name == "RollbackCommand":
-        return rec.get("action")
-    return {"QuarantineNotice": "QUARANTINE", "PlanCleared": "CLEAR"}.get(name, rec.get("reason"))
+    """What a control record asks: a rollback's action, QUARANTINE, CLEAR (``action_of``), or a
+    halt's reason."""
+    return rec.get("reason") if name == HALT_RECORD else action_of(name, rec)
 
 
 def _command(name: str, rec: dict[str, Any], ack: dict[str, Any] | None) -> dict[str, Any]:

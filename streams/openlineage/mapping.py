@@ -58,6 +58,7 @@ from streams.core.events import (
     RolledBack,
     parse_event,
 )
+from streams.control.commands import action_of
 from streams.openlineage import facets as F
 
 RUN_EVENT_SCHEMA = f"https://openlineage.io/spec/{F.SPEC_VERSION}/OpenLineage.json#/$defs/RunEvent"
@@ -265,7 +266,7 @@ class OpenLineageMapper:
     def _plan(self, name: str, v: Mapping[str, Any]) -> list[dict[str, Any]]:
         if not self._first(("control", v["command_id"])):
             return []
-        action = {"QuarantineNotice": "QUARANTINE", "PlanCleared": "CLEARED"}.get(name) or v.get("action")
+        action = action_of(name, v)
         plan = F.facet("traintrace_plan", commandId=v["command_id"], record=name, action=action,
                        targetCheckpointId=v.get("target_checkpoint_id"), targetStep=v.get("target_step"),
                        incidentIds=_list(v.get("incident_ids")),
