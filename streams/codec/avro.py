@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 from functools import lru_cache
 from io import BytesIO
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from fastavro import schemaless_reader, schemaless_writer
 
@@ -34,6 +34,9 @@ from .registry import RegistryBinding, registry_url_from_env
 from .registry import registry_client as _registry_client
 from .schemas import AGENT_RECORDS, EVENT_RECORD, SchemaInfo, SchemaSet, default_schema_set
 from .shapes import TYPE_KEY, EventShape, RecordShape
+if TYPE_CHECKING:
+    from streams.records import Record
+
 from .wire import (
     CONFLUENT,
     CONFLUENT_HEADER_LEN,
@@ -219,6 +222,17 @@ class Codec:
                 except Exception as exc:  # noqa: BLE001
                     raise DecodeError(E.BAD_BODY, f"{plan.label} record has an unexpected shape: {exc}") from exc
         return self._decode(data, EVENT_RECORD)[1]
+
+    def encode_typed(self, record: "Record") -> bytes:
+        """Encode a typed record (:mod:`streams.records`): the codec boundary of the types."""
+        return self.encode_record(record.NAME, record.to_value())
+
+    def decode_typed(self, data: bytes) -> "Record":
+        """Decode any record but an event into its type (:mod:`streams.records`)."""
+        from streams.records import typed
+
+        name, value = self.decode_record(data)
+        return typed(name, value)
 
     def decode_record(self, data: bytes) -> tuple[str, dict[str, Any]]:
         """Decode any record but an event: ``(name, flat dict with "type": name)``."""

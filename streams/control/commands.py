@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from streams.records import CONTROL_TYPES, HaltCommand, PlanCleared, QuarantineNotice, RollbackCommand
+
 #: The control records that carry a job's plan; the last one of a job is its plan in force.
 PLAN_RECORDS = ("RollbackCommand", "QuarantineNotice", "PlanCleared")
 HALT_RECORD = "HaltCommand"
@@ -72,29 +74,32 @@ class ControlCommand:
 
 def command_from_record(name: str, rec: Mapping[str, Any], partition: int | None = None,
                         offset: int | None = None) -> ControlCommand | None:
-    """The :class:`ControlCommand` of a decoded control record, None for other records.
+    """The :class:`ControlCommand` of a decoded control record, None for other records. The
+    record is read through its type (:mod:`streams.records`): the one declaration of its shape.
 
     Raises KeyError / TypeError for a record that lacks what its kind needs (a record that
     decoded from Avro never does)."""
-    if name not in CONTROL_RECORDS:
+    kind = CONTROL_TYPES.get(name)
+    if kind is None:
         return None
     for key in ("command_id", "job_id"):
         if not isinstance(rec[key], str):
             raise TypeError(f"{name}.{key} is not a string")
-    common = dict(kind=name, command_id=rec["command_id"], job_id=rec["job_id"],
-                  issued_ts=rec.get("issued_ts"), partition=partition, offset=offset, record=dict(rec))
-    if name == "RollbackCommand":
-        return ControlCommand(action=rec["action"], incarnation=rec["incarnation"],
-                              target_checkpoint_id=rec.get("target_checkpoint_id"),
-                              target_step=rec.get("target_step"),
-                              incident_ids=tuple(rec.get("incident_ids") or ()),
-                              supersedes=rec.get("supersedes"), **common)
-    if name == "QuarantineNotice":
-        return ControlCommand(action=PLAN_ACTION[name], incarnation=rec["incarnation"],
-                              incident_ids=tuple(rec.get("incident_ids") or ()),
-                              quarantined_checkpoint_ids=tuple(rec.get("quarantined_checkpoint_ids") or ()),
-                              supersedes=rec.get("supersedes"), **common)
-    if name == "PlanCleared":
-        return ControlCommand(action=PLAN_ACTION[name], incarnation=rec["incarnation"], supersedes=rec.get("supersedes"),
-                              reason=rec.get("reason"), **common)
-    return ControlCommand(action=rec["reason"], reason=rec["reason"], detail=rec.get("detail"), **common)
+    r = kind.from_value(rec)
+    common = dict(kind=name, command_id=rec["command_id"], job_id=rec["job_id"], issued_ts=rec.get("issued_ts"),
+                  partition=partition, offset=offset, record=dict(rec))
+    if isinstance(r, RollbackCommand):
+        return ControlCommand(action=r.action, incarnation=r.incarnation, target_checkpoint_id=r.target_checkpoint_id,
+                              target_step=r.target_step, incident_ids=tuple(r.incident_ids or ()), supersedes=r.supersedes,
+                              **common)
+    if isinstance(r, QuarantineNotice):
+        return ControlCommand(action=PLAN_ACTION[name], incarnation=r.incarnation,
+                              incident_ids=tuple(r.incident_ids or ()),
+                              quarantined_checkpoint_ids=tuple(r.quarantined_checkpoint_ids or ()),
+                              supersedes=r.supersedes,
+                              **common)
+    if isinstance(r, PlanCleared):
+        return ControlCommand(action=PLAN_ACTION[name], incarnation=r.incarnation, supersedes=r.supersedes,
+                              reason=r.reason, **common)
+    assert isinstance(r, HaltCommand)
+    return ControlCommand(action=r.reason, reason=r.reason, detail=r.detail, **common)

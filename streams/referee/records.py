@@ -1,9 +1,11 @@
 """What the divergence agent publishes for each core decision (SPEC §3, §10).
 
 Pure mapping: a decision of :mod:`streams.core.decide` (plus the cohort, the processor's clock
-and the commitment root it was computed from) becomes records for the output topics. The live
-referee and the audit use the same mapping, so an audit can recompute every command and
-manifest (all fields but the processor's timestamps).
+and the commitment root it was computed from) becomes records for the output topics, each built
+as its typed record (:mod:`streams.records`) and carried as the plain value the codec encodes
+(:meth:`Emission.of`; :attr:`Emission.typed` gives the record back). The live referee and the
+audit use the same mapping, so an audit can recompute every command and manifest (all fields
+but the processor's timestamps).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from streams.core.decide import (
     PlanChanged,
 )
 from streams.core.ids import hash_parts
+from streams.records import (RECORD_TYPES, Alert, CheckpointStatus, DivergenceManifest, HaltCommand, PlanCleared,
+                             QuarantineNotice, Record, RollbackCommand)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +34,16 @@ class Emission:
     key: str
     record: str
     value: dict[str, Any]
+
+    @classmethod
+    def of(cls, topic: str, key: str, record: Record) -> "Emission":
+        """The emission of a typed record: its name, and its value as the codec encodes it."""
+        return cls(topic, key, record.NAME, record.to_value())
+
+    @property
+    def typed(self) -> Record:
+        """The typed record of this emission (:mod:`streams.records`)."""
+        return RECORD_TYPES[self.record].from_value(self.value)
 
     @property
     def command_id(self) -> str | None:
@@ -50,66 +64,34 @@ def plan_emission(d: PlanChanged, cohort_id: str | None, incarnation: int, ts: i
     if plan is None:
         if d.supersedes is None:
             return None
-        return Emission("control", d.job_id, "PlanCleared", {
-            "command_id": clear_command_id(d.job_id, incarnation, d.supersedes),
-            "job_id": d.job_id,
-            "cohort_id": cohort_id,
-            "incarnation": incarnation,
-            "supersedes": d.supersedes,
-            "reason": "the job's current ancestry is clean",
-            "issued_ts": ts,
-        })
+        return Emission.of("control", d.job_id, PlanCleared(
+            command_id=clear_command_id(d.job_id, incarnation, d.supersedes), job_id=d.job_id, cohort_id=cohort_id,
+            incarnation=incarnation, supersedes=d.supersedes, reason="the job's current ancestry is clean",
+            issued_ts=ts))
     if plan["action"] == "QUARANTINE":
-        return Emission("control", d.job_id, "QuarantineNotice", {
-            "command_id": plan["command_id"],
-            "job_id": d.job_id,
-            "cohort_id": cohort_id,
-            "incarnation": plan["incarnation"],
-            "incident_ids": list(plan["incident_ids"]),
-            "quarantined_checkpoint_ids": list(plan.get("quarantined_checkpoint_ids", [])),
-            "supersedes": d.supersedes,
-            "issued_ts": ts,
-            "commitment_root": commitment_root,
-        })
-    return Emission("control", d.job_id, "RollbackCommand", {
-        "command_id": plan["command_id"],
-        "job_id": d.job_id,
-        "cohort_id": cohort_id,
-        "incarnation": plan["incarnation"],
-        "action": plan["action"],
-        "target_checkpoint_id": plan["target_checkpoint_id"],
-        "target_step": plan["target_step"],
-        "incident_ids": list(plan["incident_ids"]),
-        "supersedes": d.supersedes,
-        "issued_ts": ts,
-        "commitment_root": commitment_root,
-    })
+        return Emission.of("control", d.job_id, QuarantineNotice(
+            command_id=plan["command_id"], job_id=d.job_id, cohort_id=cohort_id, incarnation=plan["incarnation"],
+            incident_ids=tuple(plan["incident_ids"]),
+            quarantined_checkpoint_ids=tuple(plan.get("quarantined_checkpoint_ids", ())),
+            supersedes=d.supersedes, issued_ts=ts, commitment_root=commitment_root))
+    return Emission.of("control", d.job_id, RollbackCommand(
+        command_id=plan["command_id"], job_id=d.job_id, cohort_id=cohort_id, incarnation=plan["incarnation"],
+        action=plan["action"], target_checkpoint_id=plan["target_checkpoint_id"], target_step=plan["target_step"],
+        incident_ids=tuple(plan["incident_ids"]), supersedes=d.supersedes, issued_ts=ts,
+        commitment_root=commitment_root))
 
 
 def halt_emission(d: HaltIssued, ts: int, seq: int | None = None) -> Emission:
-    return Emission("control", d.job_id, "HaltCommand", {
-        "command_id": d.command_id,
-        "job_id": d.job_id,
-        "cohort_id": d.cohort_id,
-        "reason": d.reason,
-        "detail": d.detail,
-        "seq": seq,
-        "issued_ts": ts,
-    })
+    return Emission.of("control", d.job_id, HaltCommand(
+        command_id=d.command_id, job_id=d.job_id, cohort_id=d.cohort_id, reason=d.reason, detail=d.detail, seq=seq,
+        issued_ts=ts))
 
 
 def alert_emission(d: AlertRaised, cohort_key: str, ts: int) -> Emission:
-    return Emission("alerts", cohort_key, "Alert", {
-        "alert_id": alert_id(d.kind, d.cohort_id, d.job_id, d.checkpoint_id, d.incident_id, d.message),
-        "kind": d.kind,
-        "cohort_id": d.cohort_id,
-        "job_id": d.job_id,
-        "checkpoint_id": d.checkpoint_id,
-        "incident_id": d.incident_id,
-        "message": d.message,
-        "details": {str(k): str(v) for k, v in d.details.items()},
-        "ts": ts,
-    })
+    return Emission.of("alerts", cohort_key, Alert(
+        alert_id=alert_id(d.kind, d.cohort_id, d.job_id, d.checkpoint_id, d.incident_id, d.message), kind=d.kind,
+        cohort_id=d.cohort_id, job_id=d.job_id, checkpoint_id=d.checkpoint_id, incident_id=d.incident_id,
+        message=d.message, details={str(k): str(v) for k, v in d.details.items()}, ts=ts))
 
 
 def manifest_plan(p: dict[str, Any]) -> dict[str, Any]:
@@ -129,26 +111,18 @@ def manifest_emission(d: IncidentChanged, version: int, snapshot: list[dict[str,
                       commitment_root: str | None) -> Emission:
     v = d.view
     closed = d.change in ("REATTRIBUTED", "SUPERSEDED")
-    value = {
-        "incident_id": d.incident_id,
-        "version": version,
-        "cohort_id": v.get("cohort_id"),
-        "root": dict(v["root"]),
-        "verdict": v["verdict"],
-        "attributed_to": list(d.merged_into),
-        "contaminated": [] if closed else [
+    manifest = DivergenceManifest(
+        incident_id=d.incident_id, version=version, cohort_id=v.get("cohort_id"), root=dict(v["root"]),
+        verdict=v["verdict"], attributed_to=tuple(d.merged_into),
+        contaminated=() if closed else tuple(
             {"job_id": c["job_id"], "incarnation": c["incarnation"],
              "via_checkpoint_id": c["via_checkpoint_id"] or "", "path": list(c.get("path") or [])}
-            for c in v["contaminated"]
-        ],
-        "secondary_divergences": [] if closed else [dict(s) for s in v["secondary_divergences"]],
-        "tainted_checkpoints": [] if closed else list(v["tainted_checkpoints"]),
-        "plans": [] if closed else [manifest_plan(p) for p in v.get("plans", [])],
-        "concurrency_snapshot": snapshot,
-        "commitment_root": commitment_root,
-        "ts": ts,
-    }
-    return Emission("manifests", d.incident_id, "DivergenceManifest", value)
+            for c in v["contaminated"]),
+        secondary_divergences=() if closed else tuple(dict(s) for s in v["secondary_divergences"]),
+        tainted_checkpoints=() if closed else tuple(v["tainted_checkpoints"]),
+        plans=() if closed else tuple(manifest_plan(p) for p in v.get("plans", [])),
+        concurrency_snapshot=tuple(snapshot), commitment_root=commitment_root, ts=ts)
+    return Emission.of("manifests", d.incident_id, manifest)
 
 
 _ALERT_OF_CHANGE = {
@@ -173,17 +147,10 @@ def incident_alert(d: IncidentChanged, cohort_key: str, ts: int) -> Emission | N
 
 
 def checkpoint_status(ck, cohort_id: str | None, incident_ids: list[str], ts: int) -> Emission:
-    return Emission("checkpoints", ck.id, "CheckpointStatus", {
-        "checkpoint_id": ck.id,
-        "job_id": ck.job_id,
-        "cohort_id": cohort_id,
-        "incarnation": ck.incarnation,
-        "step": ck.step,
-        "content_hash": ck.content_hash,
-        "status": "TAINTED" if ck.sources else "CLEAN",
-        "incident_ids": sorted(incident_ids),
-        "ts": ts,
-    })
+    return Emission.of("checkpoints", ck.id, CheckpointStatus(
+        checkpoint_id=ck.id, job_id=ck.job_id, cohort_id=cohort_id, incarnation=ck.incarnation, step=ck.step,
+        content_hash=ck.content_hash, status="TAINTED" if ck.sources else "CLEAN",
+        incident_ids=tuple(sorted(incident_ids)), ts=ts))
 
 
 __all__ = [

@@ -17,6 +17,7 @@ STREAMS = Path(__file__).resolve().parents[2] / "streams"
 RANKS: dict[str, int] = {
     "errors": 0,
     "core": 1,          # the lineage fold: events in, decisions out
+    "records": 1,       # the published records, typed (frozen dataclasses)
     "codec": 2,         # Avro contract
     "control": 2,       # the fold of lineage.control
     "referee": 2,       # decisions -> records, Kafka-free
@@ -41,7 +42,7 @@ RANKS: dict[str, int] = {
 }
 
 #: packages that must stay pure: no Kafka, Faust, Avro or other I/O library
-PURE = {"core", "control", "referee"}
+PURE = {"core", "control", "referee", "records"}
 IO_LIBS = {"confluent_kafka", "faust", "aiokafka", "fastavro", "mode", "socket", "requests", "urllib"}
 
 
