@@ -31,6 +31,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "openlineage": ("streams.cli.openlineage", "openlineage"),
     "prove": ("streams.cli.proofs", "prove"),
     "report": ("streams.cli.report", "report"),
+    "retention": ("streams.cli.retention", "retention"),
     "verify-proof": ("streams.cli.proofs", "verify_proof"),
     "plans": ("streams.cli.plans", "plans"),
     "publish": ("streams.cli.publish", "publish"),

@@ -1,0 +1,79 @@
+"""``traintrace retention``: which checkpoints a log's jobs may delete (SPEC §13), and why the
+rest are kept."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from streams.cli.common import core_config, core_options, err_console, fail
+
+#: what each reason means, as the table says it
+REASONS = {
+    "tainted": "deletable: tainted, never again a rollback or restore target",
+    "superseded": "deletable: a later settled clean checkpoint of the job's current ancestry (by) is the better target",
+    "not-settled": "kept: not settled (the watermark has not passed its ts + the horizon)",
+    "latest": "kept: the job's latest checkpoint, its resume point",
+    "base": "kept: the base of an incarnation (by) with no settled clean checkpoint of its own yet",
+    "needed": "kept: the newest settled clean checkpoint of the job's current ancestry, or off it",
+}
+
+
+@click.command()
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--settle-horizon", "horizon_s", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              envvar="TRAINTRACE_SETTLE_HORIZON",
+              help="The settle horizon H of SPEC §13: nothing that bears on a checkpoint arrives more than H "
+                   "seconds of event time late. Without it nothing is settled and every checkpoint is kept. "
+                   "[env TRAINTRACE_SETTLE_HORIZON]")
+@click.option("--job", "jobs", multiple=True, metavar="JOB", help="Only this job's checkpoints (repeatable).")
+@click.option("--deletable", "only_deletable", is_flag=True, help="List only the checkpoints that may be deleted.")
+@click.option("--json", "as_json", is_flag=True, help="Print the statuses as JSON.")
+@core_options
+def retention(file: str, horizon_s: float | None, jobs: tuple[str, ...], only_deletable: bool, as_json: bool,
+              window: int, spike_factor: float, taint_margin: int, require_sealed_events: bool = False,
+              job_keys: Path | None = None) -> None:
+    """Fold the events of FILE (JSON Lines, '-' for stdin) and list each job's checkpoints with
+    what retention decides (SPEC §13): deletable (tainted, or superseded by a later settled
+    clean checkpoint of the job's current ancestry) or kept, and why (not settled, the latest,
+    the base of an incarnation, needed). The watermark is the log's latest event time."""
+    from streams.audit.analyze import analyze_file
+    from streams.audit.retention import retention_report
+    from streams.cli.analyze import _read_errors
+
+    config = core_config(window, spike_factor, taint_margin, require_sealed_events, job_keys)
+    with _read_errors(file):
+        analysis = analyze_file(file, config)
+    report = retention_report(analysis, None if horizon_s is None else int(horizon_s * 1000), jobs)
+    if report["missing_jobs"]:
+        fail(f"no checkpoint of {', '.join(report['missing_jobs'])} in {file}")
+    if only_deletable:
+        report["jobs"] = {j: [r for r in rows if r["deletable"]] for j, rows in report["jobs"].items()}
+    if as_json:
+        click.echo(json.dumps(report, indent=2, sort_keys=True))
+        return
+    render(Console(), report)
+
+
+def render(console: Console, report: dict) -> None:
+    horizon = report["settle_horizon_ms"]
+    if horizon is None:
+        err_console.print("traintrace retention: no --settle-horizon: nothing is settled, every checkpoint is kept",
+                          highlight=False)
+    table = Table(title=f"retention (horizon {'none' if horizon is None else f'{horizon / 1000:g} s'}, "
+                        f"watermark {report['watermark_ms']})")
+    for col in ("job", "checkpoint", "settled", "status", "deletable", "why", "by"):
+        table.add_column(col)
+    for job, rows in report["jobs"].items():
+        for r in rows:
+            table.add_row(job, r["checkpoint_id"], "yes" if r["settled"] else "no",
+                          "tainted" if r["tainted"] else "clean", "[green]yes[/green]" if r["deletable"] else "no",
+                          r["reason"], r["by"] or "")
+    console.print(table)
+    console.print(f"{report['deletable']} of {report['checkpoints']} checkpoint(s) may be deleted")
+    for reason in sorted({r["reason"] for rows in report["jobs"].values() for r in rows}):
+        console.print(f"  {reason}: {REASONS[reason]}", highlight=False)
