@@ -144,3 +144,7 @@ def load_lineage(data: bytes, config: Any, codec: SnapshotCodec | None = None) -
     if not ok:
         raise SnapshotError("snapshot of a Lineage whose parts do not fit together (config, gate, jobs)")
     return lin
+
+
+__all__ = ["LINEAGE_FORMAT", "MAGIC", "MAX_PAYLOAD", "VERSION", "GraphCodec", "SnapshotCodec", "SnapshotError",
+           "core_codec", "digest", "dump_lineage", "load_lineage", "payload", "register_core"]

@@ -22,6 +22,7 @@ from streams.core.decide import (
     PlanChanged,
 )
 from streams.core.ids import hash_parts
+from streams.core.state import Checkpoint
 from streams.records import (RECORD_TYPES, Alert, CheckpointStatus, DivergenceManifest, HaltCommand, PlanCleared,
                              QuarantineNotice, Record, RollbackCommand)
 
@@ -146,7 +147,7 @@ def incident_alert(d: IncidentChanged, cohort_key: str, ts: int) -> Emission | N
                                       details={"change": d.change}), cohort_key, ts)
 
 
-def checkpoint_status(ck, cohort_id: str | None, incident_ids: list[str], ts: int) -> Emission:
+def checkpoint_status(ck: Checkpoint, cohort_id: str | None, incident_ids: list[str], ts: int) -> Emission:
     return Emission.of("checkpoints", ck.id, CheckpointStatus(
         checkpoint_id=ck.id, job_id=ck.job_id, cohort_id=cohort_id, incarnation=ck.incarnation, step=ck.step,
         content_hash=ck.content_hash, status="TAINTED" if ck.sources else "CLEAN",

@@ -228,12 +228,13 @@ class Referee:
         elif not ev.from_scratch and ev.restored_checkpoint_id == target:
             return None
         got = "a restart from scratch" if ev.from_scratch else (ev.restored_checkpoint_id or "its base")
+        command_id = ev.command_id or ""  # it named the command in force (checked above)
         return R.alert_emission(AlertRaised(
             "RESTORE_SUBSTITUTED", ev.job_id, cohort,
-            f"{ev.job_id} acknowledged {action} to {target or 'its base'} (command {ev.command_id[:12]}) "
+            f"{ev.job_id} acknowledged {action} to {target or 'its base'} (command {command_id[:12]}) "
             f"by restoring {got}: the target could not be restored (deleted by rotation, or changed)",
             checkpoint_id=ev.restored_checkpoint_id,
-            details={"command_id": ev.command_id, "target_checkpoint_id": target or "",
+            details={"command_id": command_id, "target_checkpoint_id": target or "",
                      "restored_checkpoint_id": ev.restored_checkpoint_id or ""}), cohort, now_ms)
 
     def _dedupe(self, out: list[R.Emission], publish: bool) -> list[R.Emission]:

@@ -60,7 +60,7 @@ def settled(lin: Lineage) -> bool:
     return True
 
 
-def _with_plain_refs(lin: Lineage, plain_ref: Callable[[Any], Any] | None):
+def _with_plain_refs(lin: Lineage, plain_ref: Callable[[Any], Any] | None) -> Callable[[], None]:
     """Swap the held events' references to their plain form, and drop their canonical bytes (a
     cache the fold recomputes, which only some callers fill); returns how to swap them back."""
     if not lin.seals.holding:
@@ -136,7 +136,7 @@ def restore(referee: Referee, cohort: str, partition: int, encoded: bytes) -> Li
         raise SnapshotRejected(f"the snapshot of cohort {cohort!r} was folded with other tunables "
                                f"(window, spike factor, taint margin {img.get('tunables')})")
     referee.forget_cohorts([cohort])
-    lin = img["engine"]
+    lin: Lineage = img["engine"]
     referee.engines[cohort] = lin
     referee.partition_of[cohort] = partition
     for x, v in img["versions"]:
