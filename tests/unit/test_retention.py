@@ -194,3 +194,51 @@ def test_retention_deletes_something_on_a_long_clean_run():
     statuses = retention(state, w, 1)
     kept = [r for r in statuses.values() if not r.deletable]
     assert len(kept) == 6 and {r.reason for r in kept} == {LATEST}  # one resume point a job
+
+
+def two_waves(seed: int) -> list:
+    """A second wave of jobs joins a cohort midway, each from the latest checkpoint then of a
+    first-wave job (what a job can load is what is there), and is contaminated by its peers'
+    late-found divergences, often before a checkpoint of its own: its plans restart from those
+    bases (what the base pin keeps)."""
+    rng = random.Random(seed)
+    w1 = list(generate_cohorts(jobs=rng.randint(3, 6), cohort_size=6, steps=rng.randint(300, 600), seed=seed,
+                               divergence_rate=0.3, ckpt_every=20, exploit_every=20, exploit_prob=0.7, prefix="a"))
+    cohort = w1[0]["cohort_id"]
+    t_start = w1[len(w1) // 2]["ts"]
+    latest = {d["job_id"]: d["checkpoint_id"] for d in w1 if d["type"] == "CheckpointWritten" and d["ts"] <= t_start}
+    w2 = list(generate_cohorts(jobs=rng.randint(3, 6), cohort_size=6, steps=rng.randint(300, 600), seed=seed + 1000,
+                               divergence_rate=0.5, ckpt_every=rng.choice([20, 50]), exploit_every=10,
+                               exploit_prob=0.9, prefix="b"))
+    shift = t_start + 1 - min(d["ts"] for d in w2)
+    for d in w2:
+        d["ts"] += shift
+        if d["type"] == "JobStarted":
+            d["cohort_id"] = cohort
+            d["base_checkpoint_id"] = latest[rng.choice(sorted(latest))]
+    for d in w1 + w2:
+        if d["type"] == "DivergenceReported":
+            d["onset_step"] = max(10, d["onset_step"] - rng.choice([20, 50, 100]))
+    return [parse_event(d) for d in sorted(w1 + w2, key=lambda d: d["ts"])]  # stable: each job's order kept
+
+
+WAVE_SEEDS = range(30)
+
+
+def test_no_plan_targets_a_checkpoint_deletable_before_when_jobs_start_from_others_checkpoints():
+    targets = sum(check_no_plan_targets_a_deleted_checkpoint(two_waves(seed), 100, random.Random(seed))
+                  for seed in WAVE_SEEDS)
+    assert targets > 100
+
+
+def test_the_property_catches_a_missing_base_pin(monkeypatch):
+    from streams.core import retention as R
+
+    monkeypatch.setattr(R, "_pinned_bases", lambda *a: {})
+    caught = 0
+    for seed in WAVE_SEEDS:
+        try:
+            check_no_plan_targets_a_deleted_checkpoint(two_waves(seed), 100, random.Random(seed))
+        except AssertionError:
+            caught += 1
+    assert caught > 0
