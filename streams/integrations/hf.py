@@ -64,7 +64,7 @@ from streams.control.commands import ControlCommand
 from streams.integrations.errors import IntegrationError, missing_framework
 from streams.integrations.fallback import Ancestry, substitute
 from streams.integrations.guard import DivergenceGuard
-from streams.integrations.safety import Outcomes, never_raises
+from streams.integrations.safety import Outcomes, after_run, never_raises
 
 try:
     import torch
@@ -362,17 +362,10 @@ def train_under_control(trainer: Any, callback: TraintraceCallback, *, command_t
     try:
         while True:
             out = trainer.train(resume_from_checkpoint=resume, **train_kwargs)
-            if callback.gave_up:
-                status = callback.gave_up
+            ended = after_run(callback, command_timeout, lambda: _safely(callback, callback.client.poll))
+            if ended is not None:
+                status = ended
                 break
-            if callback.pending is None and callback.guard.tripped and not callback.wait_for_command(command_timeout):
-                status = callback.gave_up or "FAILED"
-                if not callback.gave_up:
-                    callback.outcome(f"diverged and no command came within {command_timeout} s (is the worker "
-                                     "running?): the job stops")
-                break
-            if callback.pending is None:
-                _safely(callback, callback.client.poll)  # a command that came with the last step
             restored, callback.pending = callback.pending, None
             if restored is None:
                 break

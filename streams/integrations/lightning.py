@@ -53,7 +53,7 @@ from streams.control.commands import ControlCommand
 from streams.integrations.errors import IntegrationError, missing_framework
 from streams.integrations.fallback import Ancestry, substitute
 from streams.integrations.guard import DivergenceGuard
-from streams.integrations.safety import Outcomes, never_raises
+from streams.integrations.safety import Outcomes, after_run, never_raises
 from streams.integrations.store import CheckpointStore, checkpoint_id_of
 
 try:
@@ -414,17 +414,10 @@ def fit_under_control(trainer: Any, model: Any, lineage: TraintraceCallback, *, 
                 raise IntegrationError("the Trainer does not hold the TraintraceCallback: pass it in callbacks=[...]")
             t.should_stop = False
             t.fit(model, ckpt_path=ckpt_path, **fit_kw)
-            if lineage.gave_up:
-                status = lineage.gave_up
+            ended = after_run(lineage, command_wait, lineage.control)  # control: a rollback as the fit ended
+            if ended is not None:
+                status = ended
                 break
-            if lineage.pending is None and lineage.guard.tripped and not lineage.wait_for_command(command_wait):
-                status = lineage.gave_up or "FAILED"
-                if not lineage.gave_up:
-                    lineage.outcome(f"diverged and no rollback came within {command_wait} s (is the traintrace "
-                                    "worker running?): the job stops")
-                break
-            if lineage.pending is None:
-                lineage.control()  # a rollback that came as the fit ended
             if lineage.pending is None:
                 break
             ckpt_path = lineage.prepare_restore(model)

@@ -14,7 +14,7 @@ import functools
 import logging
 from typing import Any, Callable
 
-__all__ = ["Outcomes", "never_raises"]
+__all__ = ["Outcomes", "after_run", "never_raises"]
 
 log = logging.getLogger("traintrace.integrations")
 
@@ -53,3 +53,22 @@ def never_raises(returns: Callable[..., Any] | None = None) -> Callable:
                 return returns(*args, **kwargs) if returns is not None else None
         return hook
     return wrap
+
+
+def after_run(callback: Any, wait_s: float, poll: Callable[[], Any]) -> str | None:
+    """What the control loop of ``train_under_control`` / ``fit_under_control`` does when one run
+    of the framework's loop returned: the status to finish the job with (it gave up; or it
+    diverged and no command came within ``wait_s``), or None to go on (``callback.pending`` then
+    holds the restore to make, if any: ``poll`` is called for a command that came with the last
+    step)."""
+    if callback.gave_up:
+        return str(callback.gave_up)
+    if callback.pending is None and callback.guard.tripped and not callback.wait_for_command(wait_s):
+        status = callback.gave_up or "FAILED"
+        if not callback.gave_up:
+            callback.outcome(f"diverged and no command came within {wait_s} s (is the traintrace worker "
+                             "running?): the job stops")
+        return str(status)
+    if callback.pending is None:
+        poll()
+    return None
