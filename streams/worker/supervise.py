@@ -7,7 +7,9 @@ container (the Helm chart relies on it), systemd a unit with ``Restart=on-failur
 is no such supervisor (a laptop, a VM, the fault suite), ``--supervise`` makes the worker its own:
 the command runs again in a child process whenever the child exits with a non-zero status, after
 a backoff that doubles from 1 s to 30 s (reset once a child lived 60 s); SIGTERM or SIGINT is
-passed to the child and ends the supervision; a clean exit (0) ends it too.
+passed to the child and ends the supervision; a clean exit (0) ends it too. On Linux the child
+also dies with its supervisor (``PR_SET_PDEATHSIG``): a supervisor killed outright leaves no
+orphan worker holding its partitions.
 """
 
 from __future__ import annotations
@@ -28,6 +30,17 @@ log = logging.getLogger("traintrace.worker")
 SUPERVISED_ENV = "TRAINTRACE_SUPERVISED_CHILD"
 
 
+def _die_with_supervisor() -> None:  # pragma: no cover - runs in the child
+    """Linux: the worker gets SIGTERM when its supervisor dies, even by SIGKILL (no orphan
+    worker keeps the partitions of a supervisor that is gone)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - not Linux's libc: the supervisor's signals still reach it
+        pass
+
+
 def supervise(argv: Sequence[str], *, first_backoff: float = 1.0, max_backoff: float = 30.0,
               stable_after: float = 60.0, max_restarts: int | None = None,
               say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> int:
@@ -46,7 +59,8 @@ def supervise(argv: Sequence[str], *, first_backoff: float = 1.0, max_backoff: f
     try:
         while True:
             started = time.monotonic()
-            p = subprocess.Popen(list(argv), env={**os.environ, SUPERVISED_ENV: "1"})
+            p = subprocess.Popen(list(argv), env={**os.environ, SUPERVISED_ENV: "1"},
+                                 preexec_fn=_die_with_supervisor if sys.platform == "linux" else None)
             child[:] = [p]
             code = p.wait()
             lived = time.monotonic() - started

@@ -85,3 +85,42 @@ def test_supervise_gives_up_after_max_restarts(tmp_path):
     assert supervise([sys.executable, "-c", "import sys; sys.exit(3)"], first_backoff=0.01, max_restarts=2,
                      say=said.append) == 3
     assert "giving up" in said[-1]
+
+
+def test_the_supervised_worker_dies_with_its_supervisor(tmp_path):
+    """A supervisor killed with SIGKILL (it cannot pass a signal on) leaves no orphan worker."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    pid_file = tmp_path / "child.pid"
+    child = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    code = ("import sys; from streams.worker.supervise import supervise; "
+            f"sys.exit(supervise([sys.executable, '-c', {child!r}]))")
+    sup = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 30
+        while not (pid_file.exists() and pid_file.read_text()):
+            assert time.monotonic() < deadline, "the supervised child never started"
+            time.sleep(0.05)
+        child_pid = int(pid_file.read_text())
+        os.kill(sup.pid, signal.SIGKILL)
+        sup.wait(10)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                os.kill(child_pid, 0)
+            except ProcessLookupError:
+                break
+            # a zombie (already dead, not yet reaped by init) counts as gone
+            try:
+                with open(f"/proc/{child_pid}/stat") as fh:
+                    if fh.read().split(") ", 1)[1].startswith("Z"):
+                        break
+            except OSError:
+                break
+            assert time.monotonic() < deadline, "the worker outlived its supervisor"
+            time.sleep(0.05)
+    finally:
+        sup.kill()
