@@ -15,7 +15,7 @@ import threading
 from collections import deque
 from typing import Any, Mapping
 
-from streams.control.commands import action_of
+from streams.control.commands import action_of, command_from_record
 from streams.codec import Codec, DecodeError
 from streams.core.project import halts as fold_halts
 from streams.core.state import Config
@@ -112,14 +112,15 @@ class UIState:
             self.control.append(rec)
             cohort = value.get("cohort_id") or self._cohort_of(value.get("job_id"))
             self.changes[cohort] = self.changes.get(cohort, 0) + 1
+            cmd = command_from_record(name, value)  # read through its type (streams.records)
+            if cmd is None:
+                return
             self.commands.append({
-                "record": name, "command_id": value.get("command_id"), "job_id": value.get("job_id"),
-                "cohort_id": cohort, "incarnation": value.get("incarnation"),
-                "action": action_of(name, value),
-                "target_checkpoint_id": value.get("target_checkpoint_id"),
-                "target_step": value.get("target_step"), "reason": value.get("reason"),
-                "incident_ids": list(value.get("incident_ids") or []), "supersedes": value.get("supersedes"),
-                "issued_ts": value.get("issued_ts"), "position": rec.where,
+                "record": name, "command_id": cmd.command_id, "job_id": cmd.job_id, "cohort_id": cohort,
+                "incarnation": cmd.incarnation, "action": action_of(name, value),
+                "target_checkpoint_id": cmd.target_checkpoint_id, "target_step": cmd.target_step,
+                "reason": cmd.reason, "incident_ids": list(cmd.incident_ids), "supersedes": cmd.supersedes,
+                "issued_ts": cmd.issued_ts, "position": rec.where,
             })
 
     def add_alert(self, alert: dict[str, Any]) -> None:
