@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import NewTopic
@@ -52,12 +52,15 @@ class TopicNames:
     snapshots: str = "lineage.snapshots"
 
     @classmethod
-    def from_env(cls, prefix: str | None = None) -> "TopicNames":
+    def from_env(cls, prefix: str | None = None, env: Mapping[str, str] | None = None) -> "TopicNames":
+        """The names of ``env`` (the process's environment by default): ``prefix`` (or
+        ``TRAINTRACE_TOPIC_PREFIX``) before each, ``TRAINTRACE_TOPIC_<NAME>`` for one."""
+        env = os.environ if env is None else env
         base = cls()
         if prefix is None:
-            prefix = os.environ.get(PREFIX_ENV, "")
+            prefix = env.get(PREFIX_ENV, "")
         return cls(**{
-            name: prefix + os.environ.get(f"TRAINTRACE_TOPIC_{name.upper()}", getattr(base, name))
+            name: prefix + env.get(f"TRAINTRACE_TOPIC_{name.upper()}", getattr(base, name))
             for name in _TOPIC_FIELDS
         })
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from streams.core.state import Config
 from streams.kafka.settings import BOOTSTRAP_ENV, KafkaSettings
-from streams.kafka.topics import PREFIX_ENV, TopicNames
+from streams.kafka.topics import TopicNames
 from streams.options import CORE_SETTINGS, JOB_KEYS, Setting, core_config, read_env
 from streams.signing import SIGNING_KEY_ENV, TRUSTED_KEYS_ENV
 
@@ -177,8 +177,11 @@ class WorkerSettings:
         value raises ValueError naming its variable."""
         env = os.environ if env is None else env
         values = read_env(WORKER_SETTINGS + CORE_SETTINGS, env)
+        bootstrap = env.get(BOOTSTRAP_ENV) or default_bootstrap
+        web_port = values["web_port"]
+        client_id = kafka_client_id(socket.gethostname(), web_port)
         try:
-            return cls.from_values(values, bootstrap=env.get(BOOTSTRAP_ENV) or default_bootstrap,
-                                   topics=TopicNames.from_env(env.get(PREFIX_ENV, "")))
+            return cls.from_values(values, bootstrap=bootstrap, topics=TopicNames.from_env(env=env),
+                                   kafka=KafkaSettings.from_env(bootstrap=bootstrap, client_id=client_id, env=env))
         except ValueError as exc:  # the job keys: name the variable they came from
             raise ValueError(f"{JOB_KEYS.env}: {exc}") from None

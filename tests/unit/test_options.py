@@ -91,9 +91,15 @@ def test_bad_booleans_and_choices_name_the_variable():
 def test_from_env_reads_only_the_environment_it_is_given(monkeypatch):
     monkeypatch.setenv("TRAINTRACE_PARTITIONS", "3")
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "env:1")
-    s = WorkerSettings.from_env({}, default_bootstrap="given:9")
-    assert s.partitions == 8 and s.bootstrap == "given:9"
-    assert WorkerSettings.from_env().partitions == 3  # the process's own by default
+    monkeypatch.setenv("TRAINTRACE_TOPIC_PREFIX", "proc.")
+    monkeypatch.setenv("KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
+    s = WorkerSettings.from_env({"TRAINTRACE_TOPIC_EVENTS": "ev"}, default_bootstrap="given:9")
+    assert s.partitions == 8 and s.bootstrap == "given:9" and s.kafka.bootstrap == "given:9"
+    assert s.topics.events == "ev" and s.topics.control == "lineage.control"
+    assert dict(s.kafka.properties).get("security.protocol") is None
+    own = WorkerSettings.from_env()  # the process's own by default
+    assert own.partitions == 3 and own.topics.events == "proc.lineage.events"
+    assert dict(own.kafka.properties)["security.protocol"] == "SASL_SSL"
 
 
 def test_every_setting_is_declared_once():
