@@ -25,6 +25,18 @@ def _typed(v: Any) -> Any:
     return v
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    """The field names of a record class, in order (computed once a class: the referee builds a
+    record for every command, alert and manifest)."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
+    return names
+
+
 class Record:
     """A frozen dataclass of one record kind (``NAME``: its Avro record name). Its fields are
     the schema's, in the schema's order (``tests/unit/test_record_shapes.py`` checks them
@@ -36,16 +48,16 @@ class Record:
     def to_value(self) -> dict[str, Any]:
         """The plain value the codec encodes (arrays as lists; unset signer fields left out)."""
         out: dict[str, Any] = {}
-        for f in fields(self):  # type: ignore[arg-type]
-            v = getattr(self, f.name)
-            if v is None and f.name in SIGNER_FIELDS:
+        for name in _field_names(type(self)):
+            v = getattr(self, name)
+            if v is None and name in SIGNER_FIELDS:
                 continue
-            out[f.name] = _plain(v)
+            out[name] = _plain(v)
         return out
 
     @classmethod
     def from_value(cls: type[R], value: Mapping[str, Any]) -> R:
         """The record of a decoded value (fields the value lacks take their defaults; keys the
         record does not have, a newer writer's, are left out)."""
-        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        names = _field_names(cls)
         return cls(**{k: _typed(v) for k, v in value.items() if k in names})

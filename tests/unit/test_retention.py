@@ -143,6 +143,17 @@ def test_no_plan_targets_a_checkpoint_deletable_before_on_the_vectors(name):
     check_no_plan_targets_a_deleted_checkpoint(events, len(events), random.Random(0))
 
 
+def caught(make, seeds, points: int) -> int:
+    """On how many of the cohorts ``make(seed)`` the property fails (for the checks with teeth)."""
+    n = 0
+    for seed in seeds:
+        try:
+            check_no_plan_targets_a_deleted_checkpoint(make(seed), points, random.Random(seed))
+        except AssertionError:
+            n += 1
+    return n
+
+
 def late_cohort(seed: int) -> list:
     """A generated cohort whose reported divergences are found late: each ``DivergenceReported``
     names an onset up to 300 steps back, so what the job wrote and others consumed meanwhile
@@ -177,13 +188,7 @@ def test_the_property_catches_a_horizon_cut_short(monkeypatch):
 
     real = R.is_settled
     monkeypatch.setattr(R, "is_settled", lambda ck, w, h: real(ck, w, None if h is None else h // 4))
-    caught = 0
-    for seed in LATE_SEEDS:
-        try:
-            check_no_plan_targets_a_deleted_checkpoint(late_cohort(seed), 80, random.Random(seed))
-        except AssertionError:
-            caught += 1
-    assert caught > 0
+    assert caught(late_cohort, LATE_SEEDS, 80) > 0
 
 
 def test_retention_deletes_something_on_a_long_clean_run():
@@ -235,10 +240,4 @@ def test_the_property_catches_a_missing_base_pin(monkeypatch):
     from streams.core import retention as R
 
     monkeypatch.setattr(R, "_pinned_bases", lambda *a: {})
-    caught = 0
-    for seed in WAVE_SEEDS:
-        try:
-            check_no_plan_targets_a_deleted_checkpoint(two_waves(seed), 100, random.Random(seed))
-        except AssertionError:
-            caught += 1
-    assert caught > 0
+    assert caught(two_waves, WAVE_SEEDS, 100) > 0
