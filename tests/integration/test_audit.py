@@ -32,9 +32,10 @@ from streams.audit.export import export
 from streams.operator_commands.publish import publish_file
 from streams.testing.cohort import chain_events, generate_cohorts
 from streams.devtools.worker_process import WorkerProcess, wait_quiescent
+from tests.unit.vectors import scenarios_dir
 
 CODEC = Codec()
-SCENARIOS = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios"
+SCENARIOS = scenarios_dir()
 ID_FIELDS = ("job_id", "checkpoint_id", "source_checkpoint_id", "base_checkpoint_id",
              "restored_checkpoint_id", "final_checkpoint_id", "cohort_id")
 BROKEN_BY_DESIGN = ("07_ledger_gap_unregistered", "13_duplicates")  # gaps, conflicting duplicates

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 import uuid
 from pathlib import Path
@@ -14,9 +13,10 @@ import pytest
 
 from streams.codec import CONFLUENT, SINGLE_OBJECT, Codec
 from streams.codec.examples import example_events, example_records
+from tests.unit.vectors import scenarios_dir
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIOS = Path(os.environ.get("TRAINTRACE_SCENARIOS_DIR", REPO.parent / "shared" / "scenarios"))
+SCENARIOS = scenarios_dir()
 
 PRODUCER_CONFIG = {"partitioner": "murmur2_random", "enable.idempotence": True, "acks": "all"}
 

@@ -23,8 +23,9 @@ from streams.kafka.topics import TopicNames, ensure_topics, standard_topics
 from streams.worker.datadir import MARKER_NAME
 from streams.operator_commands.publish import publish_file
 from streams.devtools.worker_process import WorkerProcess, wait_quiescent
+from tests.unit.vectors import scenarios_dir
 
-SCENARIO = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios" / "14_pbt_cohort.jsonl"
+SCENARIO = scenarios_dir() / "14_pbt_cohort.jsonl"
 ID_FIELDS = ("job_id", "checkpoint_id", "source_checkpoint_id", "base_checkpoint_id",
              "restored_checkpoint_id", "final_checkpoint_id", "cohort_id")
 PARTITIONS = 4

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from pathlib import Path
 
 from confluent_kafka import TopicPartition
 
@@ -26,9 +25,10 @@ from streams.codec.headers import (
 from streams.operator_commands.publish import publish_file
 from streams.operator_commands.release import release_job
 from streams.devtools.worker_process import produce_events, wait_quiescent
+from tests.unit.vectors import scenarios_dir
 
 CODEC = Codec()
-SCENARIOS = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios"
+SCENARIOS = scenarios_dir()
 VERSION = f"schemas/v{CODEC.schemas.current_version}".encode()
 
 

@@ -9,7 +9,6 @@ import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
@@ -20,10 +19,11 @@ from streams.operator_commands.publish import publish_file
 from streams.openlineage.mapping import run_id
 from streams.devtools.worker_process import wait_quiescent
 from tests.unit.test_openlineage import SPEC, assert_valid
+from tests.unit.vectors import scenarios_dir
 
 pytestmark = pytest.mark.integration
 
-SEED = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios" / "01_seed_example.jsonl"
+SEED = scenarios_dir() / "01_seed_example.jsonl"
 
 
 @pytest.fixture

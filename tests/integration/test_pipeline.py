@@ -22,9 +22,10 @@ from streams.operator_commands.publish import publish_file
 from streams.testing.invariants import assert_commands_consistent, assert_live_equals_offline
 from streams.testing.cohort import generate_cohorts
 from streams.devtools.worker_process import wait_quiescent
+from tests.unit.vectors import scenarios_dir
 
 CODEC = Codec()
-SCENARIOS = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios"
+SCENARIOS = scenarios_dir()
 ID_FIELDS = ("job_id", "checkpoint_id", "source_checkpoint_id", "base_checkpoint_id",
              "restored_checkpoint_id", "final_checkpoint_id", "cohort_id")
 

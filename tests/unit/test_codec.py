@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import uuid
 from pathlib import Path
 
@@ -33,9 +32,10 @@ from streams.codec import (
     encode_event,
 )
 from streams.codec.examples import example_events, example_records
+from tests.unit.vectors import scenarios_dir
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIOS = Path(os.environ.get("TRAINTRACE_SCENARIOS_DIR", REPO.parent / "shared" / "scenarios"))
+SCENARIOS = scenarios_dir()
 
 
 def _scenario_files() -> list[Path]:

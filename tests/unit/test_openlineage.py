@@ -30,9 +30,10 @@ from streams.openlineage.emitter import Emitter, TransportSpec
 from streams.openlineage.mapping import OpenLineageMapper, dataset_of_uri, event_time, run_id
 from streams.referee.referee import Referee
 from streams.testing.cohort import generate_cohorts
+from tests.unit.vectors import scenarios_dir
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIOS = REPO.parent / "shared" / "scenarios"
+SCENARIOS = scenarios_dir()
 SPEC_FILES = ("OpenLineage.json", "facets/ParentRunFacet.json", "facets/DatasetVersionDatasetFacet.json",
               "facets/JobTypeJobFacet.json", "facets/TagsRunFacet.json")
 OL_BASE = "https://openlineage.io/spec/2-0-2/OpenLineage.json"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
 import shutil
 import uuid
 from pathlib import Path
@@ -33,10 +32,11 @@ from streams.codec.examples import example_events, example_records
 from streams.codec.golden import GOLDEN_FILE, read_golden, write_with
 from streams.codec.schemas import SchemaInfo
 from streams.codec.shapes import EventShape, RecordShape
+from tests.unit.vectors import scenarios_dir
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMAS = REPO / "schemas"
-SCENARIOS = Path(os.environ.get("TRAINTRACE_SCENARIOS_DIR", REPO.parent / "shared" / "scenarios"))
+SCENARIOS = scenarios_dir()
 
 # -- the contract, as SPEC.md writes it ---------------------------------------------------------
 

@@ -11,7 +11,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def scenarios_dir() -> Path:
-    env = os.environ.get("TRAINTRACE_SCENARIOS")
+    """The shared vectors: ``$TRAINTRACE_SCENARIOS`` (or ``$TRAINTRACE_SCENARIOS_DIR``), else
+    ``../shared/scenarios`` beside the checkout. Every test finds them here."""
+    env = os.environ.get("TRAINTRACE_SCENARIOS") or os.environ.get("TRAINTRACE_SCENARIOS_DIR")
     return Path(env) if env else REPO.parent / "shared" / "scenarios"
 
 
