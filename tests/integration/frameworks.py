@@ -44,9 +44,13 @@ class CohortRun:
         return f"http://127.0.0.1:{self.worker.web_port}"
 
     def client_kwargs(self, **kw: Any) -> dict[str, Any]:
-        """What a JobClient of this run needs (bootstrap, topics, the gate, the keyring)."""
+        """What a JobClient of this run needs (bootstrap, topics, the gate, the keyring).
+
+        The gate waits up to 30 s for a checkpoint the referee does not know yet: a clean one
+        is answered the moment the worker folds it, and on a loaded CI machine a worker took
+        longer than 5 s to fold a checkpoint its writer had just flushed (a refused MERGE)."""
         out = {"bootstrap": self.bootstrap, "topics": self.topics, "worker_url": self.worker_url,
-               "trusted_keys": str(self.keys), "gate_unknown_wait": 5.0}
+               "trusted_keys": str(self.keys), "gate_unknown_wait": 30.0}
         out.update(kw)
         return out
 
