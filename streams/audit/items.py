@@ -23,7 +23,7 @@ class FoldItem:
     ts: int
     partition: int
     via: LogRecord
-    tick: tuple[int, int] | None = None  # (now_ms, grace_ms) of a clock tick (event is None)
+    tick: tuple[int, int, int | None] | None = None  # (now_ms, grace_ms, settle_horizon_ms) of a clock tick
     #: the routed event of the input record (``partition``, ``offset``, ``value``): what the
     #: processor's fold holds a held event by (a snapshot's plain form of it)
     routed: dict | None = None

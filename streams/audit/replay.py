@@ -49,7 +49,8 @@ def _fold(a: AuditContext, referee: Referee, pending: Targets, expected: Expecte
         if n % 5000 == 0:
             a.tick("replay", n, total)
         if item.event is None:  # a clock tick of the processor, in its input
-            emissions = referee.clock_tick(item.cohort, item.tick[0], item.tick[1], partition=item.partition)
+            emissions = referee.clock_tick(item.cohort, item.tick[0], item.tick[1], partition=item.partition,
+                                           horizon_ms=item.tick[2])
             accepted = False
         else:
             handled = referee.handle(item.cohort, item.event, item.ts, partition=item.partition, publish=True,

@@ -10,7 +10,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from streams.cli.common import core_config, core_options, err_console, fail
+from streams.cli.common import click_options, core_config, core_options, err_console, fail
+from streams.worker.settings import SETTLE_HORIZON
 
 #: what each reason means, as the table says it
 REASONS = {
@@ -25,16 +26,12 @@ REASONS = {
 
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("--settle-horizon", "horizon_s", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
-              envvar="TRAINTRACE_SETTLE_HORIZON",
-              help="The settle horizon H of SPEC §13: nothing that bears on a checkpoint arrives more than H "
-                   "seconds of event time late. Without it nothing is settled and every checkpoint is kept. "
-                   "[env TRAINTRACE_SETTLE_HORIZON]")
+@click_options([SETTLE_HORIZON])
 @click.option("--job", "jobs", multiple=True, metavar="JOB", help="Only this job's checkpoints (repeatable).")
 @click.option("--deletable", "only_deletable", is_flag=True, help="List only the checkpoints that may be deleted.")
 @click.option("--json", "as_json", is_flag=True, help="Print the statuses as JSON.")
 @core_options
-def retention(file: str, horizon_s: float | None, jobs: tuple[str, ...], only_deletable: bool, as_json: bool,
+def retention(file: str, settle_horizon: float | None, jobs: tuple[str, ...], only_deletable: bool, as_json: bool,
               window: int, spike_factor: float, taint_margin: int, require_sealed_events: bool = False,
               job_keys: Path | None = None) -> None:
     """Fold the events of FILE (JSON Lines, '-' for stdin) and list each job's checkpoints with
@@ -48,7 +45,7 @@ def retention(file: str, horizon_s: float | None, jobs: tuple[str, ...], only_de
     config = core_config(window, spike_factor, taint_margin, require_sealed_events, job_keys)
     with _read_errors(file):
         analysis = analyze_file(file, config)
-    report = retention_report(analysis, None if horizon_s is None else int(horizon_s * 1000), jobs)
+    report = retention_report(analysis, None if settle_horizon is None else int(settle_horizon * 1000), jobs)
     if report["missing_jobs"]:
         fail(f"no checkpoint of {', '.join(report['missing_jobs'])} in {file}")
     if only_deletable:

@@ -62,7 +62,8 @@ class CommandsMixin:
         with self._lock:
             st = self._journal.state
             view = JobView(st.incarnation, set(st.applied_commands), st.halt is not None, st.finished)
-            batch = self._verified([c for it in items for c in it.commands])
+            batch = self._verified(self._take_notices([c for it in items for c in it.commands],  # type: ignore[attr-defined]
+                                                      self._reject))
             decided = decide(view, batch)
         results: list[ControlCommand] = []
         try:

@@ -23,6 +23,7 @@ from typing import Mapping
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from streams.codec import Codec, DecodeError
+from streams.client.retention import NOTICE, notice_command
 from streams.control.commands import ControlCommand, command_from_record
 from streams.kafka.settings import KafkaSettings
 
@@ -174,6 +175,8 @@ class ControlFetcher(threading.Thread):
     def _decode(self, value: bytes | None, partition: int, offset: int) -> ControlCommand | None:
         try:
             name, rec = self.codec.decode_record(value)
+            if name == NOTICE:  # not a command: the client keeps the last one (streams.client.retention)
+                return notice_command(rec, partition, offset)
             cmd = command_from_record(name, rec, partition, offset)
         except (DecodeError, KeyError, TypeError) as exc:
             self.undecodable += 1

@@ -99,6 +99,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from streams.client.commands import CommandsMixin
+from streams.client.retention import RetentionMixin
 from streams.client.control import ControlFetcher, Fetched
 from streams.client.delivery import Delivery
 from streams.client.errors import ClientError, GateRefused
@@ -185,7 +186,7 @@ def _kafka_settings(bootstrap: KafkaSettings | str | None) -> KafkaSettings:
         raise ClientError(f"{exc} (JobClient: pass bootstrap=)") from exc
 
 
-class JobClient(CommandsMixin, SealingMixin):
+class JobClient(CommandsMixin, SealingMixin, RetentionMixin):
     """The training job's client (see the module doc).
 
     :param job_id, cohort_id, base_model: the job (SPEC §2, §4 ``JobStarted``).
@@ -295,6 +296,7 @@ class JobClient(CommandsMixin, SealingMixin):
         self._sealer_stop = threading.Event()
         self.events_sealed = 0
         self.seal_records = 0
+        self._load_retention()
         self._open(fsync, producer_overrides, follow_control)
 
     def _open(self, fsync: bool, producer_overrides: Mapping[str, Any] | None, follow_control: bool) -> None:

@@ -64,7 +64,8 @@ from .schemas import (
 from .shapes import TYPE_KEY
 from .wire import CONFLUENT, SINGLE_OBJECT, WIRE_FORMATS
 
-#: The seven event types of SPEC §4 (the payload branches of ``LineageEvent``).
+#: The event types: the seven of SPEC §4 and ``CheckpointDeleted`` (v9, SPEC §13), the payload
+#: branches of ``LineageEvent``.
 EVENT_TYPES: tuple[str, ...] = (
     "JobStarted",
     "Progress",
@@ -73,6 +74,7 @@ EVENT_TYPES: tuple[str, ...] = (
     "DivergenceReported",
     "RolledBack",
     "JobFinished",
+    "CheckpointDeleted",
 )
 
 __all__ = [

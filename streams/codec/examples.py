@@ -43,6 +43,9 @@ def example_events() -> list[dict[str, Any]]:
          "epoch": 0, "loss": None, "grad_norm": None, "lr": 1e-4},
         {"job_id": "job-a", "incarnation": 1, "seq": 8, "ts": 1760000007000, "type": "JobFinished",
          "status": "CANCELLED", "final_checkpoint_id": None},
+        # added in v9: a deletion the referee allowed (SPEC §13), recorded as the job cleans up
+        {"job_id": "job-a", "incarnation": 1, "seq": 9, "ts": 1760000008000, "type": "CheckpointDeleted",
+         "checkpoint_id": "job-a-20"},
     ]
 
 
@@ -134,9 +137,25 @@ def example_records() -> list[dict[str, Any]]:
          "incident_ids": [], "ts": 0},
         {"type": "EventBatch", "cohort_id": "c1",
          "events": [{"partition": 3, "offset": 17, "value": b"\xc3\x01" + bytes(8) + b"body"},
-                    {"partition": 3, "offset": 18, "value": b""}], "tick_ms": None, "grace_ms": None},
-        {"type": "EventBatch", "cohort_id": "", "events": [], "tick_ms": None, "grace_ms": None},
-        {"type": "EventBatch", "cohort_id": "c1", "events": [], "tick_ms": 1760000123456, "grace_ms": 30000},
+                    {"partition": 3, "offset": 18, "value": b""}], "tick_ms": None, "grace_ms": None,
+         "settle_horizon_ms": None},
+        {"type": "EventBatch", "cohort_id": "", "events": [], "tick_ms": None, "grace_ms": None,
+         "settle_horizon_ms": None},
+        {"type": "EventBatch", "cohort_id": "c1", "events": [], "tick_ms": 1760000123456, "grace_ms": 30000,
+         "settle_horizon_ms": None},
+        # added in v9
+        {"type": "EventBatch", "cohort_id": "c1", "events": [], "tick_ms": 1760000123457, "grace_ms": 30000,
+         "settle_horizon_ms": 600000},
+        {"type": "RetentionNotice", "command_id": _h("retention", "job-a", 2), "job_id": "job-a", "cohort_id": "c1",
+         "version": 2, "deletable": [{"checkpoint_id": "job-a-480", "reason": "superseded", "by": "job-a-500"},
+                                     {"checkpoint_id": "job-a-520", "reason": "tainted", "by": None}],
+         "kept": [{"checkpoint_id": "job-a-500", "reason": "needed", "by": None},
+                  {"checkpoint_id": "job-a-540", "reason": "latest", "by": None}],
+         "watermark_ms": 1760000123457, "settle_horizon_ms": 600000, "issued_ts": 1760000123457,
+         "signature": bytes(range(2, 66)), "key_id": "0123456789abcdef"},
+        {"type": "RetentionNotice", "command_id": _h("retention", "job-b", 1), "job_id": "job-b", "cohort_id": None,
+         "version": 1, "deletable": [], "kept": [], "watermark_ms": 0, "settle_horizon_ms": 0, "issued_ts": 0,
+         "signature": None, "key_id": None},
     ]
 
 

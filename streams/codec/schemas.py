@@ -56,6 +56,8 @@ AGENT_RECORDS: tuple[str, ...] = (
     # added in v7
     "CohortSnapshot",
     "SnapshotRound",
+    # added in v9
+    "RetentionNotice",
 )
 
 _VERSION_DIR = re.compile(r"^v(\d+)$")

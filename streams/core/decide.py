@@ -35,6 +35,7 @@ from streams.core.project import (
     raw_verdict,
     resolve_raw,
 )
+from streams.core.retention import RetentionBook, RetentionChanged
 from streams.core.state import Checkpoint, Config, FoldResult, LineageState, SourceKey
 
 
@@ -89,7 +90,11 @@ class AlertRaised:
     details: dict[str, str] = field(default_factory=dict)
 
 
-Decision = CheckpointTainted | PlanChanged | HaltIssued | IncidentChanged | AlertRaised
+Decision = CheckpointTainted | PlanChanged | HaltIssued | IncidentChanged | AlertRaised | RetentionChanged
+
+#: the events that bear on retention (every other is Progress: it changes no checkpoint's status)
+_RETENTION_EVENTS = ("JobStarted", "CheckpointWritten", "RolledBack", "CheckpointDeleted", "CheckpointConsumed",
+                     "DivergenceReported")
 
 
 def halt_command_id(job_id: str, reason: str) -> str:
@@ -113,6 +118,8 @@ class Lineage:
         self._alerted: set[tuple[str, str]] = set()
         #: the fold log: one leaf per accepted event, in fold order
         self.log = CompactRange()
+        #: retention (SPEC §13): what was last decided per job (:meth:`retention_tick`)
+        self.retention = RetentionBook()
 
     @property
     def config(self) -> Config:
@@ -132,6 +139,8 @@ class Lineage:
             result = self.state.fold(event, now_ms, canonical)
             if result.accepted:
                 self.log.append(event_leaf(event))
+                if type(event).__name__ in _RETENTION_EVENTS:
+                    self.book().dirty = True
             return result
         return self._fold_gated(event, now_ms, canonical, ref)
 
@@ -149,6 +158,8 @@ class Lineage:
             res = self.state.fold(h.event, now_ms, h.canonical, h.checked)
             if res.accepted:
                 self.log.append(event_leaf(h.event))
+                if type(h.event).__name__ in _RETENTION_EVENTS:
+                    self.book().dirty = True
             if h.event is event:
                 main = res
             elif res.accepted:
@@ -187,6 +198,26 @@ class Lineage:
         self.state.expire_unresolved(now_ms, grace_ms)
         return self.decide()
 
+    def book(self) -> RetentionBook:
+        """The retention book (one is made for an engine restored from a snapshot of before
+        schemas v9, which had none)."""
+        book = self.__dict__.get("retention")
+        if book is None:
+            book = self.retention = RetentionBook()
+        return book
+
+    def retention_due(self, watermark_ms: int, horizon_ms: int) -> bool:
+        """Whether a retention tick at this watermark could change what was decided."""
+        return self.book().due(watermark_ms, horizon_ms)
+
+    def retention_tick(self, watermark_ms: int, horizon_ms: int) -> list[Decision]:
+        """SPEC §13 at the input watermark ``watermark_ms`` with settle horizon ``horizon_ms``:
+        a :class:`RetentionChanged` for every job whose deletable or kept checkpoints changed
+        since the last tick (after the decisions the fold still owes)."""
+        out = self.decide()
+        out.extend(self.book().tick(self.state, watermark_ms, horizon_ms))
+        return out
+
     # -------------------------------------------------------------- deciding
 
     def decide(self) -> list[Decision]:
@@ -208,7 +239,23 @@ class Lineage:
             self._update_incidents(dirty_incidents, out)
         self._halts(dirty.halts, out)
         self._unrecorded_sharing(dirty.aliases, out)
+        if dirty.tainted:
+            self.book().dirty = True
+        deletions = self.state.__dict__.pop("deletions", None)
+        if deletions:
+            self._judge_deletions(deletions, out)
         return out
+
+    def _judge_deletions(self, deletions: list[tuple[str, str, int]], out: list[Decision]) -> None:
+        """An alert for each recorded deletion of a checkpoint never marked deletable (SPEC §13:
+        a job deletes a checkpoint only after the referee marked it deletable)."""
+        for j in self.book().judge(self.state, deletions):
+            job = self.state.jobs.get(j.job_id)
+            out.append(AlertRaised(
+                "DELETED_PINNED", j.job_id, job.cohort_id if job else None,
+                f"{j.job_id} deleted checkpoint {j.checkpoint_id} (seq {j.seq}), which the referee had not "
+                f"marked deletable ({j.why}): a rollback may now lack its target",
+                checkpoint_id=j.checkpoint_id, details={"seq": str(j.seq), "why": j.why}))
 
     def _update_verdicts(self, divs: Iterable[SourceKey]) -> set[SourceKey]:
         """Recompute the attribution of the divergences whose evidence changed; return the

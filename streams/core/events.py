@@ -101,6 +101,16 @@ class RolledBack(Envelope):
 
 
 @dataclass(frozen=True, slots=True)
+class CheckpointDeleted(Envelope):
+    """Schemas v9 (SPEC §13, not in §4's table: the name and shape are this implementation's):
+    the job deleted (is about to delete) its own checkpoint ``checkpoint_id``, which the referee
+    marked deletable. Recorded before the files go, so the log never lacks a deletion that
+    happened; the fold and the audit check it was deletable (:mod:`streams.core.retention`)."""
+
+    checkpoint_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class JobFinished(Envelope):
     status: str = field(metadata={ONE_OF: FINISH_STATUSES})
     final_checkpoint_id: str | None
@@ -114,6 +124,7 @@ Event = Union[
     DivergenceReported,
     RolledBack,
     JobFinished,
+    CheckpointDeleted,
 ]
 
 EVENT_TYPES: dict[str, type[Event]] = {
@@ -126,6 +137,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         DivergenceReported,
         RolledBack,
         JobFinished,
+        CheckpointDeleted,
     )
 }
 

@@ -161,3 +161,121 @@ def deletable(state: LineageState, watermark_ms: int | None, horizon_ms: int | N
 
 __all__ = ["BASE", "DELETABLE_REASONS", "LATEST", "NEEDED", "NOT_SETTLED", "Retention", "SUPERSEDED", "TAINTED",
            "deletable", "is_settled", "job_retention", "retention"]
+
+
+# ---------------------------------------------------------------------------- the live book
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionChanged:
+    """A decision: job ``job_id``'s retention view changed (version ``version``, from 1).
+    ``deletable`` and ``kept``: ``(checkpoint id, reason, by)`` of each checkpoint of the job not
+    deleted yet, oldest first; decided at input watermark ``watermark_ms`` with horizon
+    ``horizon_ms``."""
+
+    job_id: str
+    cohort_id: str | None
+    version: int
+    deletable: tuple[tuple[str, str, str | None], ...]
+    kept: tuple[tuple[str, str, str | None], ...]
+    watermark_ms: int
+    horizon_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeletionJudged:
+    """A recorded deletion (``CheckpointDeleted``) of a checkpoint the referee had not marked
+    deletable (``why``: ``pinned``, ``unknown`` checkpoint, ``not its own``)."""
+
+    job_id: str
+    checkpoint_id: str
+    seq: int
+    why: str
+
+
+class RetentionBook:
+    """What the referee last decided about each job's checkpoints, so that only changes are
+    published (:class:`RetentionChanged`), and every checkpoint it ever marked deletable, against
+    which recorded deletions are judged (:class:`DeletionJudged`). Driven by the clock ticks of
+    the processor's input (:meth:`tick`), so a replay decides the same at the same point."""
+
+    def __init__(self) -> None:
+        self.views: dict[str, tuple[int, tuple[tuple[str, str, str | None], ...],
+                                    tuple[tuple[str, str, str | None], ...]]] = {}
+        self.ever_deletable: set[str] = set()
+        self.deleted: dict[str, str] = {}  # checkpoint id -> the job that recorded its deletion
+        #: something that bears on retention was folded since the last tick
+        self.dirty = True
+        #: the earliest ``ts + H`` of a checkpoint unsettled at the last tick (None: none)
+        self.next_settle: int | None = None
+        self.horizon_ms: int | None = None
+
+    def status_of(self, job_id: str, checkpoint_id: str) -> dict[str, object] | None:
+        """The last decision about one checkpoint (``deletable``, ``reason``, ``by``, the
+        notice's ``version``; ``deleted`` once its job recorded the deletion), or None before
+        the first retention tick that saw it."""
+        if checkpoint_id in self.deleted:
+            return {"deleted": True, "deletable": checkpoint_id in self.ever_deletable}
+        view = self.views.get(job_id)
+        if view is None:
+            return None
+        version, dl, kept = view
+        for rows, may in ((dl, True), (kept, False)):
+            for ck, why, by in rows:
+                if ck == checkpoint_id:
+                    return {"deleted": False, "deletable": may, "reason": why, "by": by, "version": version}
+        return None
+
+    def due(self, watermark_ms: int, horizon_ms: int) -> bool:
+        """Whether a tick at ``watermark_ms`` could change anything."""
+        return (self.dirty or horizon_ms != self.horizon_ms
+                or (self.next_settle is not None and watermark_ms > self.next_settle))
+
+    def judge(self, state: LineageState, deletions: list[tuple[str, str, int]]) -> list[DeletionJudged]:
+        out = []
+        for job_id, ck_id, seq in deletions:
+            self.dirty = True
+            ck = state.checkpoints.get(ck_id)
+            if ck is None:
+                why = "unknown"
+            elif ck.job_id != job_id:
+                why = "not its own"
+            elif ck_id not in self.ever_deletable:
+                why = "pinned"
+            else:
+                why = ""
+            self.deleted.setdefault(ck_id, job_id)
+            if why:
+                out.append(DeletionJudged(job_id, ck_id, seq, why))
+        return out
+
+    def tick(self, state: LineageState, watermark_ms: int, horizon_ms: int) -> list[RetentionChanged]:
+        statuses = retention(state, watermark_ms, horizon_ms)
+        by_job: dict[str, list[Retention]] = {}
+        next_settle: int | None = None
+        for r in statuses.values():
+            by_job.setdefault(r.job_id, []).append(r)
+            if r.deletable:
+                self.ever_deletable.add(r.checkpoint_id)
+            if not r.settled:
+                t = state.checkpoints[r.checkpoint_id].ts + horizon_ms
+                next_settle = t if next_settle is None else min(next_settle, t)
+        out = []
+        for job_id in sorted(by_job):
+            rows = [r for r in by_job[job_id] if r.checkpoint_id not in self.deleted]
+            dl = tuple((r.checkpoint_id, r.reason, r.by) for r in rows if r.deletable)
+            kept = tuple((r.checkpoint_id, r.reason, r.by) for r in rows if not r.deletable)
+            old = self.views.get(job_id)
+            if old is not None and old[1] == dl and old[2] == kept:
+                continue
+            version = old[0] + 1 if old is not None else 1
+            self.views[job_id] = (version, dl, kept)
+            out.append(RetentionChanged(job_id, state.jobs[job_id].cohort_id, version, dl, kept,
+                                        watermark_ms, horizon_ms))
+        self.dirty = False
+        self.next_settle = next_settle
+        self.horizon_ms = horizon_ms
+        return out
+
+
+__all__ += ["DeletionJudged", "RetentionBook", "RetentionChanged"]

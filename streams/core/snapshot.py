@@ -64,6 +64,7 @@ def register_core(codec: SnapshotCodec) -> SnapshotCodec:
     from streams.core.decide import Lineage
     from streams.core.merkle import CompactRange
     from streams.core.project import Verdict
+    from streams.core.retention import RetentionBook
     from streams.core.seals import Held, SealGate
     from streams.core.state import (Checkpoint, Config, Consumption, Dirty, FoldResult, Incarnation, Job,
                                     LineageState)
@@ -72,9 +73,9 @@ def register_core(codec: SnapshotCodec) -> SnapshotCodec:
     # bytes do not depend on whether a caller handed the fold one object twice (the audit's
     # redelivered copies) or two equal ones (a worker decoding each copy)
     for cls in (E.JobStarted, E.Progress, E.CheckpointWritten, E.CheckpointConsumed, E.DivergenceReported,
-                E.RolledBack, E.JobFinished, Verdict):
+                E.RolledBack, E.JobFinished, E.CheckpointDeleted, Verdict):
         codec.register(cls, value=True)
-    for kind in (Checkpoint, Consumption, Job, Dirty, FoldResult, Held, CompactRange):
+    for kind in (Checkpoint, Consumption, Job, Dirty, FoldResult, Held, CompactRange, RetentionBook):
         codec.register(kind)
     # indexes the fold fills by iterating sets of (job, incarnation): their insertion order
     # follows string hashing, and nothing reads them in order (lookups, or sorted output)

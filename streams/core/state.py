@@ -27,6 +27,7 @@ from streams.core.chain import GENESIS, canonical_with_nulls, event_digest, veri
 from streams.core.seals import SealPolicy
 from streams.core.events import (
     CheckpointConsumed,
+    CheckpointDeleted,
     CheckpointWritten,
     DivergenceReported,
     Event,
@@ -536,6 +537,14 @@ class LineageState:
         if target is not None:
             self._consume(inc, Consumption(ev.seq, target, "INIT", kind), now_ms)
 
+    def _on_deleted(self, job: Job, ev: CheckpointDeleted, now_ms: int | None, result: FoldResult) -> None:
+        """A job recorded the deletion of a checkpoint (SPEC §13). The fold keeps the checkpoint
+        (the lineage still names it) and notes the deletion; whether it was deletable is the
+        retention book's to judge (:meth:`streams.core.decide.Lineage.decide`)."""
+        self._incarnation_for(job, ev)
+        # created here, not in __init__: a state restored from a snapshot of before v9 has none
+        self.__dict__.setdefault("deletions", []).append((job.job_id, ev.checkpoint_id, ev.seq))
+
     def _on_finished(self, job: Job, ev: JobFinished, now_ms: int | None, result: FoldResult) -> None:
         inc = self._incarnation_for(job, ev)
         inc.finished = True
@@ -683,7 +692,7 @@ class Dirty:
     aliases: list[Checkpoint]
 
 
-#: a handler takes the event of its type (the key); ``Any`` there: one table for the seven types
+#: a handler takes the event of its type (the key); ``Any`` there: one table for the eight types
 _HANDLERS: dict[type, Callable[[LineageState, Job, Any, int | None, FoldResult], None]] = {
     JobStarted: LineageState._on_started,
     Progress: LineageState._on_progress,
@@ -692,6 +701,7 @@ _HANDLERS: dict[type, Callable[[LineageState, Job, Any, int | None, FoldResult],
     DivergenceReported: LineageState._on_diverged,
     RolledBack: LineageState._on_rolled_back,
     JobFinished: LineageState._on_finished,
+    CheckpointDeleted: LineageState._on_deleted,
 }
 
 

@@ -8,6 +8,7 @@ which is what the lineage records; the record's ``uri`` says where it was writte
 from __future__ import annotations
 
 import os
+import shutil
 import re
 from pathlib import Path
 
@@ -55,6 +56,18 @@ class CheckpointStore:
                 return p
         raise IntegrationError(f"checkpoint {checkpoint_id!r} is not in {self.root} "
                                f"(neither {checkpoint_id}.pt nor {checkpoint_id}/)")
+
+    def remove(self, checkpoint_id: str) -> int:
+        """Delete ``checkpoint_id``'s file or folder; the bytes freed (0: it was not there)."""
+        freed = 0
+        for p in (self.file(checkpoint_id), self.folder(checkpoint_id)):
+            if p.is_dir():
+                freed += sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+                shutil.rmtree(p)
+            elif p.exists():
+                freed += p.stat().st_size
+                p.unlink()
+        return freed
 
     def unusable(self, checkpoint_id: str, content_hash: str | None) -> str | None:
         """Why ``checkpoint_id`` cannot be restored from the store (None: it can): not there (a

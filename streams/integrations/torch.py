@@ -187,13 +187,19 @@ class TorchLineage(Outcomes):
     def __init__(self, client: Any, store: str | os.PathLike[str] | CheckpointStore,
                  model: torch.nn.Module, optimizer: Any = None, scheduler: Any = None, *,
                  format: str = "torch", halt_wait: float | None = None,
-                 on_restored: Callable[[Restored], None] | None = None) -> None:
+                 on_restored: Callable[[Restored], None] | None = None, keep: int | None = None) -> None:
         if format not in FORMATS:
             raise IntegrationError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
         self.client = client
         self.store = store if isinstance(store, CheckpointStore) else CheckpointStore(store)
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        if keep is not None and keep < 0:
+            raise IntegrationError(f"keep must be None (keep everything) or >= 0, got {keep}")
         self.format = format
+        #: rotation (SPEC §13): after each save, delete this job's checkpoints beyond the newest
+        #: ``keep`` that the referee marked deletable (:meth:`prune`); None: delete nothing
+        self.keep = keep
+        self.pruned: list[str] = []  # what prune() deleted, in order
         self.halt_wait = halt_wait
         self.on_restored = on_restored
         self.guard = DivergenceGuard(client)
@@ -257,7 +263,37 @@ class TorchLineage(Outcomes):
         self.last_checkpoint_id, self.last_saved = ck_id, content
         self.written[ck_id] = content.content_hash
         self.ancestry.wrote(ck_id, step)
+        if self.keep is not None:
+            self.prune()
         return ck_id
+
+    def prune(self, keep: int | None = None) -> list[str]:
+        """Rotate through the referee (SPEC §13): delete this job's checkpoints that the last
+        RetentionNotice lists as deletable, except the newest ``keep`` (default: the lineage's
+        ``keep``, else 0); each deletion is recorded (``CheckpointDeleted``) before its files go.
+        Whatever the referee keeps stays, beyond the limit, until it becomes deletable; with no
+        notice (no settle horizon, the referee not heard from) nothing is deleted. Never raises
+        for a file that cannot be removed (an outcome says so). Returns what it deleted."""
+        keep = self.keep if keep is None else keep
+        keep = keep or 0
+        client = self.client
+        deletable = client.deletable_checkpoints() if hasattr(client, "deletable_checkpoints") else []
+        if not deletable:
+            return []
+        order = [c for c in deletable if c not in self.written] + list(self.written)
+        protected = set(order[max(0, len(order) - keep):]) if keep else set()
+        done: list[str] = []
+        for ck_id in deletable:
+            if ck_id in protected:
+                continue
+            try:
+                if client.delete(ck_id, lambda c=ck_id: self.store.remove(c)):
+                    done.append(ck_id)
+                    self.written.pop(ck_id, None)
+            except Exception as exc:  # noqa: BLE001 - a deletion that failed keeps the files: never crash
+                self.outcome(f"prune: {ck_id} not deleted: {exc}")
+        self.pruned.extend(done)
+        return done
 
     def _save_folder(self, ck_id: str, step: int, epoch: int, extra: dict[str, Any] | None) -> LoadedContent:
         from safetensors.torch import save as st_save

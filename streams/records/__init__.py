@@ -9,15 +9,16 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from streams.records.base import SIGNER_FIELDS, Record
-from streams.records.control import HaltCommand, PlanCleared, QuarantineNotice, RollbackCommand
+from streams.records.control import HaltCommand, PlanCleared, QuarantineNotice, RetentionNotice, RollbackCommand
 from streams.records.published import (Alert, CheckpointStatus, CohortSnapshot, DeadLetter, DivergenceManifest,
                                        EventBatch, LineageCommitment, SnapshotRound)
 
 #: record name -> its class
 RECORD_TYPES: dict[str, type[Record]] = {cls.NAME: cls for cls in (
     RollbackCommand, QuarantineNotice, PlanCleared, HaltCommand, Alert, DivergenceManifest, CheckpointStatus,
-    LineageCommitment, CohortSnapshot, SnapshotRound, DeadLetter, EventBatch)}
-#: the records of lineage.control
+    LineageCommitment, CohortSnapshot, SnapshotRound, DeadLetter, EventBatch, RetentionNotice)}
+#: the commands of lineage.control (a RetentionNotice is on it too, but is no command: it
+#: tells a job what it may delete, see streams.client.retention)
 CONTROL_TYPES: dict[str, type[Record]] = {cls.NAME: cls for cls in (
     RollbackCommand, QuarantineNotice, PlanCleared, HaltCommand)}
 
@@ -29,4 +30,4 @@ def typed(name: str, value: Mapping[str, Any]) -> Record:
 
 __all__ = ["Alert", "CONTROL_TYPES", "CheckpointStatus", "CohortSnapshot", "DeadLetter", "DivergenceManifest",
            "EventBatch", "HaltCommand", "LineageCommitment", "PlanCleared", "QuarantineNotice", "RECORD_TYPES",
-           "Record", "RollbackCommand", "SIGNER_FIELDS", "SnapshotRound", "typed"]
+           "Record", "RetentionNotice", "RollbackCommand", "SIGNER_FIELDS", "SnapshotRound", "typed"]

@@ -1,9 +1,11 @@
 """The records of ``lineage.control``: the referee's plans (``RollbackCommand``,
-``QuarantineNotice``, ``PlanCleared``) and halts (``HaltCommand``, a release included)."""
+``QuarantineNotice``, ``PlanCleared``), halts (``HaltCommand``, a release included) and
+retention notices (``RetentionNotice``, v9: which checkpoints a job may delete, SPEC §13)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 from streams.records.base import Record
 
@@ -71,6 +73,26 @@ class HaltCommand(Record):
     reason: str
     detail: str
     seq: int | None = None
+    issued_ts: int
+    signature: bytes | None = None
+    key_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetentionNotice(Record):
+    """The referee's retention view of one job's checkpoints not deleted yet (SPEC §13): each of
+    ``deletable`` and ``kept`` is ``{checkpoint_id, reason, by}``, oldest first."""
+
+    NAME = "RetentionNotice"
+
+    command_id: str
+    job_id: str
+    cohort_id: str | None = None
+    version: int
+    deletable: tuple[Mapping[str, Any], ...]
+    kept: tuple[Mapping[str, Any], ...]
+    watermark_ms: int
+    settle_horizon_ms: int
     issued_ts: int
     signature: bytes | None = None
     key_id: str | None = None

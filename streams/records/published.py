@@ -130,3 +130,5 @@ class EventBatch(Record):
     events: tuple[Mapping[str, Any], ...]
     tick_ms: int | None = None
     grace_ms: int | None = None
+    #: v9: with ``tick_ms``, the cohort's settle horizon (SPEC §13); None: no retention decision
+    settle_horizon_ms: int | None = None

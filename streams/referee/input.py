@@ -26,11 +26,12 @@ from streams.referee.referee import Referee
 @dataclass(frozen=True, slots=True)
 class Batch:
     """One decoded ``EventBatch``: ``events`` are RoutedEvent dicts (``partition``, ``offset``,
-    ``value``) in fold order; ``tick`` is ``(tick_ms, grace_ms)`` for a clock tick (no events)."""
+    ``value``) in fold order; ``tick`` is ``(tick_ms, grace_ms, settle_horizon_ms or None)`` for a
+    clock tick (no events)."""
 
     cohort: str
     events: list[dict[str, Any]]
-    tick: tuple[int, int] | None = None
+    tick: tuple[int, int, int | None] | None = None
 
 
 class BadBatch(TraintraceError, ValueError):
@@ -46,7 +47,7 @@ def read_batch(codec: Codec, value: bytes | None) -> Batch:
         raise BadBatch(f"undecodable EventBatch: {exc}") from exc
     tick = batch.get("tick_ms")
     if tick is not None:
-        return Batch(cohort, [], (tick, batch.get("grace_ms") or 0))
+        return Batch(cohort, [], (tick, batch.get("grace_ms") or 0, batch.get("settle_horizon_ms")))
     return Batch(cohort, events)
 
 
@@ -75,7 +76,8 @@ def fold_batch(codec: Codec, referee: Referee, value: bytes | None, partition: i
             on_reject(None, str(exc), "BAD_BATCH")
         return 0, []
     if batch.tick is not None:
-        out = referee.clock_tick(batch.cohort, batch.tick[0], batch.tick[1], partition=partition, publish=publish)
+        out = referee.clock_tick(batch.cohort, batch.tick[0], batch.tick[1], partition=partition, publish=publish,
+                                 horizon_ms=batch.tick[2])
         referee.note_input(batch.cohort, partition, offset)
         return 0, out
     out = []

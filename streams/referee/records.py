@@ -23,8 +23,9 @@ from streams.core.decide import (
 )
 from streams.core.ids import hash_parts
 from streams.core.state import Checkpoint
+from streams.core.retention import RetentionChanged
 from streams.records import (RECORD_TYPES, Alert, CheckpointStatus, DivergenceManifest, HaltCommand, PlanCleared,
-                             QuarantineNotice, Record, RollbackCommand)
+                             QuarantineNotice, Record, RetentionNotice, RollbackCommand)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +148,21 @@ def incident_alert(d: IncidentChanged, cohort_key: str, ts: int) -> Emission | N
                                       details={"change": d.change}), cohort_key, ts)
 
 
+def retention_command_id(job_id: str, version: int) -> str:
+    return hash_parts(("RETENTION", job_id, version))
+
+
+def retention_emission(d: RetentionChanged, ts: int) -> Emission:
+    """The RetentionNotice of a job's changed retention view (SPEC §13), on lineage.control."""
+    def rows(xs: tuple[tuple[str, str, str | None], ...]) -> tuple[dict[str, Any], ...]:
+        return tuple({"checkpoint_id": c, "reason": why, "by": by} for c, why, by in xs)
+
+    return Emission.of("control", d.job_id, RetentionNotice(
+        command_id=retention_command_id(d.job_id, d.version), job_id=d.job_id, cohort_id=d.cohort_id,
+        version=d.version, deletable=rows(d.deletable), kept=rows(d.kept), watermark_ms=d.watermark_ms,
+        settle_horizon_ms=d.horizon_ms, issued_ts=ts))
+
+
 def checkpoint_status(ck: Checkpoint, cohort_id: str | None, incident_ids: list[str], ts: int) -> Emission:
     return Emission.of("checkpoints", ck.id, CheckpointStatus(
         checkpoint_id=ck.id, job_id=ck.job_id, cohort_id=cohort_id, incarnation=ck.incarnation, step=ck.step,
@@ -164,6 +180,8 @@ __all__ = [
     "incident_alert",
     "manifest_emission",
     "plan_emission",
+    "retention_command_id",
+    "retention_emission",
     "CheckpointTainted",
     "Decision",
 ]

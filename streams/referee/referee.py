@@ -34,6 +34,7 @@ from streams.core.decide import (
     PlanChanged,
 )
 from streams.core.events import CheckpointWritten, Event, RolledBack
+from streams.core.retention import RetentionChanged
 from streams.core.state import Config, FoldResult
 from streams.referee import records as R
 
@@ -86,6 +87,8 @@ class Referee:
         self.decided_plan: dict[str, R.Emission] = {}
         self.decided_halt: dict[str, R.Emission] = {}
         self.decided_manifest: dict[str, R.Emission] = {}
+        #: job -> its last RetentionNotice (SPEC §13)
+        self.decided_retention: dict[str, R.Emission] = {}
         self.stats = RefereeStats()
         #: ``restorer(cohort)`` puts a cohort that left memory back from its snapshot (True), or
         #: knows none (False); the worker sets it (streams.worker.snapshots)
@@ -128,6 +131,7 @@ class Referee:
                 for j in lin.state.jobs:
                     self.decided_plan.pop(j, None)
                     self.decided_halt.pop(j, None)
+                    self.decided_retention.pop(j, None)
                 for x in lin.incidents:
                     self.decided_manifest.pop(x, None)
         for cid in [cid for cid, v in self.issued.items() if v[0] in gone_set]:
@@ -280,6 +284,9 @@ class Referee:
                 halt = self.decided_halt.get(job_id)
                 if halt is not None and halt.command_id not in self.published:
                     out.append(halt)
+                kept = self.decided_retention.get(job_id)
+                if kept is not None and kept.command_id not in self.published:
+                    out.append(kept)
             for x in sorted(lin.incidents):
                 em = self.decided_manifest.get(x)
                 if em is not None:
@@ -325,12 +332,17 @@ class Referee:
         self.position[cohort] = (partition, offset)
 
     def clock_tick(self, cohort: str, now_ms: int, grace_ms: int, partition: int | None = None,
-                   publish: bool = True) -> list[R.Emission]:
+                   publish: bool = True, horizon_ms: int | None = None) -> list[R.Emission]:
         """Fold a clock tick of ``cohort``'s input: unresolved sources older than the grace
-        period halt their jobs (SPEC §8)."""
+        period halt their jobs (SPEC §8); with a settle horizon, the retention of the cohort's
+        checkpoints at the tick's watermark (SPEC §13): a RetentionNotice for each job whose
+        view changed."""
         lin = self.engine(cohort, partition)
         out: list[R.Emission] = []
-        for d in lin.tick(now_ms, grace_ms):
+        decisions = lin.tick(now_ms, grace_ms)
+        if horizon_ms is not None:
+            decisions.extend(lin.retention_tick(now_ms, horizon_ms))
+        for d in decisions:
             self._dirty_cohorts.add(cohort)
             if isinstance(d, HaltIssued):
                 em = R.halt_emission(d, now_ms)
@@ -338,6 +350,10 @@ class Referee:
                 out.append(em)
             elif isinstance(d, AlertRaised):
                 out.append(R.alert_emission(d, cohort, now_ms))
+            elif isinstance(d, RetentionChanged):
+                em = R.retention_emission(d, now_ms)
+                self.decided_retention[d.job_id] = em
+                out.append(em)
         return self._dedupe(out, publish)
 
     def tick(self, now_ms: int, grace_ms: int | None = None) -> list[R.Emission]:

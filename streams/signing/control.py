@@ -1,5 +1,5 @@
 """The signatures of the ``lineage.control`` records (``RollbackCommand``, ``QuarantineNotice``,
-``PlanCleared``, ``HaltCommand``; schemas v5): the message, what signing one needs of a key's
+``PlanCleared``, ``HaltCommand``; schemas v5; ``RetentionNotice``, v9): the message, what signing one needs of a key's
 role, signing, checking, and the signer of the referee and of ``traintrace release``."""
 
 from __future__ import annotations
@@ -23,6 +23,10 @@ CONTROL_FIELDS: dict[str, tuple[str, ...]] = {
     "PlanCleared": ("command_id", "job_id", "cohort_id", "incarnation", "supersedes", "reason", "issued_ts",
                     "key_id"),
     "HaltCommand": ("command_id", "job_id", "cohort_id", "reason", "detail", "seq", "issued_ts", "key_id"),
+    # schemas v9 (SPEC §13); each item of deletable / kept is the part ``checkpoint_id reason by``
+    # (0x1f between them; ``by`` empty when null)
+    "RetentionNotice": ("command_id", "job_id", "cohort_id", "version", "deletable", "kept", "watermark_ms",
+                        "settle_horizon_ms", "issued_ts", "key_id"),
 }
 #: the domain tag of each kind, the first part of its signing message
 CONTROL_DOMAINS: dict[str, str] = {name: f"traintrace/{name}/v1" for name in CONTROL_FIELDS}
@@ -35,13 +39,21 @@ def control_permission(name: str, record: Mapping[str, Any]) -> str:
         return RELEASE_PERMISSION
     return name
 
+def _item(v: Any) -> Any:
+    """A list item as its part: a string as itself; a retained checkpoint (RetentionNotice) as
+    ``checkpoint_id``, ``reason`` and ``by`` (empty when null) joined by 0x1f."""
+    if isinstance(v, Mapping):
+        return "\x1f".join(str(v.get(k) or "") for k in ("checkpoint_id", "reason", "by"))
+    return v
+
+
 def _field_part(name: str, value: Any) -> bytes:
     """``name=value`` (a null is the bare ``name``, so null and "" differ); a list is
     ``name#count`` followed by its items, one part each."""
     if value is None:
         return part(name, name)
     if isinstance(value, (list, tuple)):
-        return part(f"{name}#{len(value)}", name) + b"".join(part(v, f"{name}[]") for v in value)
+        return part(f"{name}#{len(value)}", name) + b"".join(part(_item(v), f"{name}[]") for v in value)
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise ValueError(f"{name} must be a string, an integer or a list, not {type(value).__name__}")
     return part(f"{name}={value}", name)

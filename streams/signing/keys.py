@@ -33,7 +33,8 @@ TRUSTED_KEYS_ENV = "TRAINTRACE_TRUSTED_KEYS"
 COMMITMENT = "LineageCommitment"
 RELEASE_PERMISSION = "HaltCommand:RELEASE"
 ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
-    PROCESSOR: frozenset({COMMITMENT, "RollbackCommand", "QuarantineNotice", "PlanCleared", "HaltCommand"}),
+    PROCESSOR: frozenset({COMMITMENT, "RollbackCommand", "QuarantineNotice", "PlanCleared", "HaltCommand",
+                          "RetentionNotice"}),
     OPERATOR: frozenset({RELEASE_PERMISSION}),
 }
 

@@ -25,6 +25,7 @@ class Housekeeping:
         self.fold = fold
         self.ticked: dict[str, int] = {}  # cohort -> input watermark of its last tick
         self.last_commitment = 0  # ms
+        self.last_retention = 0  # ms: the wall clock of the last retention pass
 
     async def run(self) -> None:
         """One pass, under the fold's lock."""
@@ -44,21 +45,32 @@ class Housekeeping:
 
     async def _send_ticks(self, now: int) -> bool:
         """Append a clock tick to the input of each owned cohort whose grace period ran out (at
-        most one a second per cohort); whether any was sent.
+        most one a second per cohort), and, with a settle horizon (SPEC §13), to each whose
+        retention may have changed (at most one every ``retention_interval_s``); whether any
+        was sent.
 
-        A grace period that ran out goes through the cohort's input, so that every replay
-        applies it at the same point; it runs on the input watermark (streams.worker.clock),
-        not on the wall clock: a worker away or behind delays halts, it does not cause them."""
+        Both go through the cohort's input, so that every replay applies them at the same point;
+        they run on the input watermark (streams.worker.clock), not on the wall clock: a worker
+        away or behind delays halts and deletions, it does not cause them."""
         settings, referee = self.settings, self.referee
-        if not referee.due_ticks(now, settings.grace_ms):
+        retention = settings.retention_on and now - self.last_retention >= settings.retention_interval_s * 1000
+        if not referee.due_ticks(now, settings.grace_ms) and not retention:
             return False
         mark = await asyncio.get_running_loop().run_in_executor(None, self.clock.watermark, now)
         metrics.WATERMARK_LAG.set(max(0, now - mark) / 1000)
+        due = set(referee.due_ticks(mark, settings.grace_ms))
+        if retention:
+            self.last_retention = now
+            for cohort, lin in list(referee.engines.items()):
+                horizon = settings.horizon_of(cohort)
+                if horizon is not None and cohort and lin.state.checkpoints and lin.retention_due(mark, horizon):
+                    due.add(cohort)
         sent = False
-        for cohort in referee.due_ticks(mark, settings.grace_ms):
+        for cohort in sorted(due):
             if self.fold.owns_cohort(cohort) and mark - self.ticked.get(cohort, 0) >= 1000:
                 self.ticked[cohort] = mark
                 self.outbox.send(settings.topics.by_cohort, cohort.encode(), self.codec.encode_record("EventBatch", {
-                    "cohort_id": cohort, "events": [], "tick_ms": mark, "grace_ms": settings.grace_ms}))
+                    "cohort_id": cohort, "events": [], "tick_ms": mark, "grace_ms": settings.grace_ms,
+                    "settle_horizon_ms": settings.horizon_of(cohort)}))
                 sent = True
         return sent

@@ -21,6 +21,15 @@ from streams.signing import SIGNING_KEY_ENV, TRUSTED_KEYS_ENV
 #: (``streams.cli.common.click_options``), and so is :meth:`WorkerSettings.from_env`
 APP_ID = Setting("--app-id", "TRAINTRACE_APP_ID", str, "traintrace",
                  "Faust application id: the workers' consumer group, the prefix of their internal topics.")
+#: SPEC §13: the settle horizon of every cohort (``traintrace retention`` takes the same setting)
+SETTLE_HORIZON = Setting("--settle-horizon", "TRAINTRACE_SETTLE_HORIZON", float, None,
+                         "The settle horizon H of SPEC §13, in seconds of event time: the promise that nothing bearing "
+                         "on a checkpoint's status arrives more than H late. With it the referee tells each job which "
+                         "checkpoints it may delete (RetentionNotice on lineage.control); without it every checkpoint "
+                         "is pinned.", minimum=0, metavar="SECONDS", default_text="none: keep everything")
+COHORT_HORIZONS = Setting("--cohort-settle-horizons", "TRAINTRACE_COHORT_SETTLE_HORIZONS", str, "",
+                          "Per-cohort settle horizons that override --settle-horizon: COHORT=SECONDS[,COHORT=SECONDS...] "
+                          "(SECONDS 'none': that cohort keeps everything).", metavar="C=S,...")
 WORKER_SETTINGS: tuple[Setting, ...] = (
     APP_ID,
     Setting("--partitions", "TRAINTRACE_PARTITIONS", int, 8, "Partitions of the topics it creates.", minimum=1),
@@ -66,7 +75,36 @@ WORKER_SETTINGS: tuple[Setting, ...] = (
             "Exit with status 70 (stacks dumped) when records wait on an owned partition and none was "
             "processed for this long while every dependency answers, or when the event loop stops turning: "
             "a wedged worker is restarted by its supervisor; 0: off.", minimum=0),
+    SETTLE_HORIZON,
+    COHORT_HORIZONS,
+    Setting("--retention-interval", "TRAINTRACE_RETENTION_INTERVAL", float, 5.0,
+            "With a settle horizon: at most one retention decision per cohort this often (seconds of the input "
+            "watermark), each a clock tick in the cohort's input so that replays and audits decide the same.",
+            minimum=0.1),
 )
+
+
+def parse_cohort_horizons(text: str) -> dict[str, int | None]:
+    """``c1=600,c2=none`` -> ``{"c1": 600000, "c2": None}`` (ms); ValueError naming the bad item."""
+    out: dict[str, int | None] = {}
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        cohort, sep, secs = item.partition("=")
+        if not sep or not cohort.strip():
+            raise ValueError(f"{item!r} is not COHORT=SECONDS")
+        secs = secs.strip()
+        if secs.lower() == "none":
+            out[cohort.strip()] = None
+            continue
+        try:
+            value = float(secs)
+        except ValueError:
+            raise ValueError(f"{item!r}: {secs!r} is not a number of seconds") from None
+        if not value >= 0:
+            raise ValueError(f"{item!r}: the horizon must be 0 or more seconds")
+        out[cohort.strip()] = int(value * 1000)
+    return out
 
 #: where ``WorkerSettings.from_env`` looks when KAFKA_BOOTSTRAP_SERVERS is not set (and no
 #: other default is given): the Docker broker's address
@@ -117,6 +155,11 @@ class WorkerSettings:
     #: the watchdog (streams.worker.health): exit 70 when records wait and none was processed for
     #: this long while every dependency answers, or the event loop stops turning; 0: off
     watchdog_s: float = 180.0
+    #: SPEC §13: the settle horizon (ms; None: every checkpoint pinned), per-cohort overrides,
+    #: and how often (s of the input watermark) a cohort gets a retention decision at most
+    settle_horizon_ms: int | None = None
+    cohort_horizons_ms: dict[str, int | None] = field(default_factory=dict)
+    retention_interval_s: float = 5.0
     #: batching of the agents (Stream.take_events)
     batch_max: int = 2000
     batch_within_s: float = 0.01
@@ -145,6 +188,16 @@ class WorkerSettings:
         elif self.kafka.client_id is None:
             self.kafka = self.kafka.with_client_id(self.client_id)
 
+    def horizon_of(self, cohort: str) -> int | None:
+        """The settle horizon of ``cohort`` (ms), its override first; None: keep everything."""
+        if cohort in self.cohort_horizons_ms:
+            return self.cohort_horizons_ms[cohort]
+        return self.settle_horizon_ms
+
+    @property
+    def retention_on(self) -> bool:
+        return self.settle_horizon_ms is not None or any(h is not None for h in self.cohort_horizons_ms.values())
+
     @classmethod
     def from_values(cls, values: Mapping[str, Any], *, bootstrap: str, topics: TopicNames,
                     kafka: KafkaSettings | None = None) -> "WorkerSettings":
@@ -153,6 +206,11 @@ class WorkerSettings:
         line's options (``traintrace worker``) or an environment (:meth:`from_env`).
         ValueError when ``--job-keys`` do not load."""
         web_port = values["web_port"]
+        try:
+            cohort_horizons = parse_cohort_horizons(values["cohort_settle_horizons"] or "")
+        except ValueError as exc:
+            raise ValueError(f"{COHORT_HORIZONS.flag} / {COHORT_HORIZONS.env}: {exc}") from None
+        horizon = values["settle_horizon"]
         return cls(
             bootstrap=bootstrap, topics=topics, app_id=values["app_id"], partitions=values["partitions"],
             data_dir=values["data_dir"] or Path(f".traintrace/worker-{web_port}"),
@@ -164,6 +222,8 @@ class WorkerSettings:
             loglevel=values["loglevel"], signing_key=values["signing_key"], trusted_keys=values["trusted_keys"],
             snapshot_every=values["snapshot_every"], snapshot_interval_s=values["snapshot_interval"],
             evict_settled=values["evict_settled"], kafka=kafka,
+            settle_horizon_ms=None if horizon is None else int(horizon * 1000),
+            cohort_horizons_ms=cohort_horizons, retention_interval_s=values["retention_interval"],
         )
 
     @classmethod
@@ -184,4 +244,6 @@ class WorkerSettings:
             return cls.from_values(values, bootstrap=bootstrap, topics=TopicNames.from_env(env=env),
                                    kafka=KafkaSettings.from_env(bootstrap=bootstrap, client_id=client_id, env=env))
         except ValueError as exc:  # the job keys: name the variable they came from
+            if str(exc).startswith(COHORT_HORIZONS.flag):
+                raise
             raise ValueError(f"{JOB_KEYS.env}: {exc}") from None

@@ -59,6 +59,7 @@ def register(app, referee, ckview, lock, health=None) -> None:
                     return web.json({"checkpoint_id": ck.id, "status": "tainted" if ck.sources else "clean",
                                      "job_id": ck.job_id, "incarnation": ck.incarnation, "step": ck.step,
                                      "content_hash": ck.content_hash, "incident_ids": ids,
+                                     "retention": lin.book().status_of(ck.job_id, ck.id),
                                      "source": "owner"})
         rec = ckview.get(checkpoint_id)
         if rec is None:

@@ -1,0 +1,109 @@
+"""Retention live (SPEC §13): the referee decides at the clock ticks of a cohort's input, publishes
+a RetentionNotice per job whose view changed, signs it like every command, re-publishes the
+last one after a replay, and judges every recorded deletion (DELETED_PINNED)."""
+
+from __future__ import annotations
+
+from streams.codec import Codec
+from streams.control.commands import command_from_record
+from streams.core.decide import Lineage
+from streams.core.retention import RetentionChanged
+from streams.referee.records import retention_command_id
+from streams.referee.referee import Referee
+
+from .test_retention import T0, ckpt, ev, start
+
+
+def notices(out):
+    return [em for em in out if em.record == "RetentionNotice"]
+
+
+def view(em):
+    v = em.value
+    return ([d["checkpoint_id"] for d in v["deletable"]], {k["checkpoint_id"]: k["reason"] for k in v["kept"]})
+
+
+def test_a_tick_with_a_horizon_publishes_what_changed_and_nothing_when_nothing_did():
+    ref = Referee()
+    for e in [start("A", 0), ckpt("A", 1, 10, 10), ckpt("A", 2, 20, 20), ckpt("A", 3, 30, 30)]:
+        ref.handle("c", e, T0)
+    assert ref.clock_tick("c", T0 + 35, 4000) == []  # no horizon: no retention decision
+    (first,) = notices(ref.clock_tick("c", T0 + 35, 4000, horizon_ms=10))
+    assert view(first) == (["A-10"], {"A-20": "needed", "A-30": "not-settled"})
+    assert first.value["version"] == 1 and first.value["command_id"] == retention_command_id("A", 1)
+    assert first.value["watermark_ms"] == T0 + 35 and first.value["settle_horizon_ms"] == 10
+    assert first.key == "A" and first.topic == "control"
+    lin = ref.engines["c"]
+    assert not lin.retention_due(T0 + 39, 10)  # A-30 settles after T0 + 40
+    assert notices(ref.clock_tick("c", T0 + 39, 4000, horizon_ms=10)) == []
+    assert lin.retention_due(T0 + 41, 10)
+    (second,) = notices(ref.clock_tick("c", T0 + 41, 4000, horizon_ms=10))
+    assert view(second) == (["A-10", "A-20"], {"A-30": "latest"}) and second.value["version"] == 2
+
+
+def test_a_notice_is_no_command_but_is_signed_and_decodes():
+    from streams.signing import ControlSigner, check_control
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    ref = Referee(control_signer=ControlSigner(key))
+    for e in [start("A", 0), ckpt("A", 1, 10, 10), ckpt("A", 2, 20, 20)]:
+        ref.handle("c", e, T0)
+    (em,) = notices(ref.clock_tick("c", T0 + 100, 4000, horizon_ms=10))
+    ring = {em.value["key_id"]: key.public_key()}
+    assert check_control("RetentionNotice", em.value, ring).ok
+    tampered = {**em.value, "deletable": [*em.value["deletable"], {"checkpoint_id": "A-20", "reason": "x", "by": None}]}
+    assert check_control("RetentionNotice", tampered, ring).reason == "BAD_SIGNATURE"
+    codec = Codec()
+    name, back = codec.decode_record(codec.encode_record("RetentionNotice", em.value))
+    assert name == "RetentionNotice" and back["deletable"][0]["checkpoint_id"] == "A-10"
+    assert command_from_record(name, back) is None  # a job's plan readers skip it
+
+
+def test_a_replay_rebuilds_the_views_and_reconcile_publishes_the_last_unpublished_notice():
+    events = [start("A", 0), ckpt("A", 1, 10, 10), ckpt("A", 2, 20, 20), ckpt("A", 3, 30, 30)]
+    live = Referee()
+    for e in events:
+        live.handle("c", e, T0, partition=0)
+    live.clock_tick("c", T0 + 35, 4000, partition=0, horizon_ms=10)
+    last = notices(live.clock_tick("c", T0 + 100, 4000, partition=0, horizon_ms=10))[0]
+    replayed = Referee()
+    for e in events:
+        replayed.handle("c", e, T0, partition=0, publish=False)
+    replayed.clock_tick("c", T0 + 35, 4000, partition=0, publish=False, horizon_ms=10)
+    replayed.clock_tick("c", T0 + 100, 4000, partition=0, publish=False, horizon_ms=10)
+    out = notices(replayed.reconcile(0, {}, T0 + 200))
+    assert out == [last]  # byte for byte what the live referee decided
+    assert notices(replayed.reconcile(0, {}, T0 + 300)) == []
+
+
+def test_a_deletion_of_a_checkpoint_never_marked_deletable_raises_an_alert():
+    ref = Referee()
+    for e in [start("A", 0), ckpt("A", 1, 10, 10), ckpt("A", 2, 20, 20), ckpt("A", 3, 30, 30)]:
+        ref.handle("c", e, T0)
+    ref.clock_tick("c", T0 + 35, 4000, horizon_ms=10)  # A-10 deletable; A-20 needed
+    ok = ref.handle("c", ev("CheckpointDeleted", "A", 4, 36, checkpoint_id="A-10"), T0)
+    assert ok.result.accepted and not [em for em in ok.emissions if em.topic == "alerts"]
+    bad = ref.handle("c", ev("CheckpointDeleted", "A", 5, 37, checkpoint_id="A-20"), T0)
+    (alert,) = [em for em in bad.emissions if em.topic == "alerts"]
+    assert alert.value["kind"] == "DELETED_PINNED" and alert.value["checkpoint_id"] == "A-20"
+    assert alert.value["details"]["why"] == "pinned"
+    other = ref.handle("c", ev("CheckpointDeleted", "A", 6, 38, checkpoint_id="B-1"), T0)
+    assert [em.value["details"]["why"] for em in other.emissions if em.topic == "alerts"] == ["unknown"]
+    # the deleted checkpoints leave the job's view (what is gone is neither deletable nor kept)
+    (em,) = notices(ref.clock_tick("c", T0 + 100, 4000, horizon_ms=10))
+    assert view(em) == ([], {"A-30": "latest"})
+
+
+def test_the_book_survives_a_snapshot_and_an_old_snapshot_gets_a_fresh_one():
+    from streams.core.snapshot import dump_lineage, load_lineage
+
+    lin = Lineage()
+    for e in [start("A", 0), ckpt("A", 1, 10, 10), ckpt("A", 2, 20, 20)]:
+        lin.apply(e)
+    (d,) = [d for d in lin.retention_tick(T0 + 100, 10) if isinstance(d, RetentionChanged)]
+    back = load_lineage(dump_lineage(lin), lin.config)
+    assert back.book().views == lin.book().views and back.book().ever_deletable == {"A-10"}
+    assert back.retention_tick(T0 + 100, 10) == []  # nothing changed: nothing decided again
+    del back.__dict__["retention"]  # an engine snapshotted before schemas v9
+    assert [x.version for x in back.retention_tick(T0 + 100, 10) if isinstance(x, RetentionChanged)] == [1]
