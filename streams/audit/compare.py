@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from streams.control.commands import CONTROL_RECORDS, HALT_RECORD, PLAN_RECORDS, RELEASE_REASON
+from streams.control.commands import HALT_RECORD, PLAN_RECORDS, RELEASE_REASON, RETENTION_RECORD, SIGNED_RECORDS
 from streams.referee import records as R
 from streams.audit.diff import values_differ
 from streams.audit.items import FoldItem, after, where
@@ -118,7 +118,7 @@ def check_control_signature(a: AuditContext, chk: Check, rec: Any, name: str, va
     """With trusted keys, verify the control record's signature: a record that is unsigned, by
     an unknown key, by a key whose role may not sign it, or whose signature does not verify is a
     failure naming it (partition@offset, command id, what is wrong)."""
-    if name not in CONTROL_RECORDS or a.trusted is None:
+    if name not in SIGNED_RECORDS or a.trusted is None:
         return
     from streams.signing import check_control
 
@@ -169,6 +169,12 @@ def _missing_commands(a: AuditContext, chk: Check, want: dict[str, tuple[R.Emiss
             # a worker that recovers a partition publishes the plan it ends with, not the
             # ones its replay went through (the job's last plan record is checked on its own)
             f.what += ": superseded before it was published (a recovering worker skips it)"
+            chk.warn(f)
+        elif em.record == RETENTION_RECORD and any(
+                g.get("job_id") == job and (g.get("version") or 0) > em.value["version"]
+                for g in got.values() if "version" in g and "deletable" in g):
+            # like a plan: a recovering worker publishes the job's last retention view only
+            f.what += ": a later version is on the topic (a recovering worker publishes the last one)"
             chk.warn(f)
         elif em.record == "PlanCleared" and not any(c in got for c in earlier):
             f.what += ": it clears a plan that was never published, so there is nothing to clear"

@@ -11,10 +11,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from streams.core.decide import HaltIssued
+from streams.core.events import CheckpointDeleted
 from streams.referee import records as R
 from streams.referee.referee import Referee
 from streams.audit.commitments import Expected, Targets, check_commitments, commitment_targets
-from streams.audit.items import where
+from streams.audit.items import FoldItem, where
 from streams.audit.snapshots import Targets as SnapTargets
 from streams.audit.snapshots import check_snapshots, snapshot_targets
 from streams.audit.snapshots import unreached as unreached_snapshots
@@ -62,6 +63,10 @@ def _fold(a: AuditContext, referee: Referee, pending: Targets, expected: Expecte
         for em in emissions:
             if em.topic in expected:
                 expected[em.topic].append((em, item))
+            elif em.topic == "alerts" and em.value.get("kind") == "DELETED_PINNED":
+                _pinned_deletion(a, em, item)
+        if isinstance(item.event, CheckpointDeleted):
+            a.checks["deletions"].checked += 1
         c = counts.setdefault(item.cohort, [0, 0])
         if item.event is not None:
             c[0] += 1
@@ -78,6 +83,19 @@ def _fold(a: AuditContext, referee: Referee, pending: Targets, expected: Expecte
         if item.cohort in snaps and (n + 1 == total or items[n + 1].via is not item.via):
             check_snapshots(a, referee, item.cohort, snaps, ("o", item.via.partition, item.via.offset))
     a.tick("replay", total, total)
+
+
+def _pinned_deletion(a: AuditContext, em: R.Emission, item: FoldItem) -> None:
+    """A job deleted a checkpoint the referee had never marked deletable (the referee's own
+    DELETED_PINNED alert, decided again by the replay): a failure naming it."""
+    v = em.value
+    details = v.get("details") or {}
+    a.checks["deletions"].fail(Finding(
+        f"deleted checkpoint {v.get('checkpoint_id')}, which the referee had not marked deletable "
+        f"({details.get('why') or 'pinned'}): a rollback may lack its target",
+        job_id=v.get("job_id"), seq=item.event.seq if item.event is not None else None, where=item.where,
+        field="checkpoint_id", expected="a checkpoint of a RetentionNotice's deletable list",
+        found=v.get("checkpoint_id")))
 
 
 def _unreached(a: AuditContext, pending: Targets) -> None:

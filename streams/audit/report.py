@@ -11,7 +11,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-CHECKS = ("chains", "input", "commands", "manifests", "commitments", "snapshots")
+CHECKS = ("chains", "input", "commands", "manifests", "commitments", "snapshots", "deletions")
 TITLES = {
     "chains": "hash chains and seq continuity",
     "input": "the processor's input is the events log",
@@ -19,6 +19,7 @@ TITLES = {
     "manifests": "every manifest version follows from the log",
     "commitments": "every commitment recomputes; with --trusted-keys, its signature verifies",
     "snapshots": "every fold snapshot recomputes at the input it covers; with --trusted-keys, its signature verifies",
+    "deletions": "every recorded checkpoint deletion was of a checkpoint the referee had marked deletable (SPEC §13)",
 }
 MAX_LISTED = 200  # findings kept per check (counts stay exact)
 

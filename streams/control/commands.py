@@ -12,6 +12,11 @@ from streams.records import CONTROL_TYPES, HaltCommand, PlanCleared, QuarantineN
 PLAN_RECORDS = ("RollbackCommand", "QuarantineNotice", "PlanCleared")
 HALT_RECORD = "HaltCommand"
 CONTROL_RECORDS = (*PLAN_RECORDS, HALT_RECORD)
+#: the referee's retention view of a job (SPEC §13, schemas v9): on lineage.control and signed
+#: like a command, but no command (the job client keeps the last one: streams.client.retention)
+RETENTION_RECORD = "RetentionNotice"
+#: every record of lineage.control a signature must cover
+SIGNED_RECORDS = (*CONTROL_RECORDS, RETENTION_RECORD)
 #: the reason of the HaltCommand that lifts a halt (``traintrace release``)
 RELEASE_REASON = "RELEASE"
 #: the action of the plan records that carry none of their own

@@ -38,7 +38,13 @@ soon as the command is accepted; the Trainer does not take another step until th
 INIT, MERGE, ...): refused when tainted or unknown, the folder's hash checked against the record,
 then the weights applied and ``CheckpointConsumed`` recorded.
 
-Rotation (``save_total_limit``) and metric direction are the user's: only the training loss of
+Rotation goes through the referee (SPEC §13): with ``save_total_limit`` set, the callback takes
+the limit over from the Trainer (``args.save_total_limit`` is set to None at the first
+``on_train_begin``) and applies it the Trainer's way — the newest checkpoints and the best one
+are kept — but deletes an older folder only when the referee's last RetentionNotice lists it as
+deletable, recording ``CheckpointDeleted`` first; what the referee keeps stays beyond the limit
+until it becomes deletable, and with no notice (no settle horizon on the worker, the referee not
+heard from) nothing is deleted. Metric direction is the user's: only the training loss of
 the Trainer's logs is recorded as ``loss`` (``metric_for_best_model`` / ``greater_is_better``
 decide nothing here; a NaN or infinite value of any logged or evaluated metric is a divergence).
 When a rollback's target was rotated away (or changed), the newest surviving checkpoint of the
@@ -165,6 +171,11 @@ class TraintraceCallback(TrainerCallback, Outcomes):
         self._last_logged = 0
         self.ancestry = Ancestry()  # this job's own checkpoints its weights descend from
         self.gave_up: str | None = None  # why the job stopped for good (JobFinished's status)
+        #: ``save_total_limit`` taken over from the Trainer (None: the user set none)
+        self.keep: int | None = None
+        self.pruned: list[str] = []  # what the rotation deleted, in order
+        self._best: Path | None = None  # state.best_model_checkpoint at the last save
+        self._pruned_at: int | None = None  # the notice version the rotation last ran on
         self._init_outcomes()
         client.on_rollback = self._on_rollback
 
@@ -181,6 +192,11 @@ class TraintraceCallback(TrainerCallback, Outcomes):
             log.info("traintrace: logging_nan_inf_filter switched off so that a NaN loss is logged")
             args.logging_nan_inf_filter = False
         self.model = model
+        if args.save_total_limit is not None and hasattr(self.client, "deletable_checkpoints"):
+            self.keep = int(args.save_total_limit)
+            args.save_total_limit = None
+            log.info("traintrace: save_total_limit=%d is applied through the referee: a checkpoint is deleted "
+                     "only when it may be (SPEC §13)", self.keep)
         if self._output_root is None:
             self._output_root = Path(args.output_dir)
         if self._initial is None and model is not None:
@@ -200,6 +216,8 @@ class TraintraceCallback(TrainerCallback, Outcomes):
     @never_raises(_control)
     def on_step_end(self, args, state, control, **kwargs):
         self.client.poll()
+        if self.keep is not None and (self.client.retention or {}).get("version") != self._pruned_at:
+            self.prune()
         if self.client.halted and not self.client.wait_while_halted(self.halt_wait):
             self.gave_up = "CANCELLED"
             self.outcome(f"halted ({self.client.halt}) and not released within {self.halt_wait} s: "
@@ -234,6 +252,10 @@ class TraintraceCallback(TrainerCallback, Outcomes):
             # a rollback was accepted (by a callback after ours) or the job diverged during this
             # step: these weights belong to the abandoned history; not recorded, nobody loads them
             log.info("traintrace: %s not recorded: a rollback is pending or the job diverged", folder)
+            if self.keep is not None and folder.is_dir():  # rotation is ours: never a target, it goes
+                import shutil
+
+                shutil.rmtree(folder, ignore_errors=True)
             return control
         if not folder.is_dir():
             self.outcome(f"the Trainer's checkpoint {folder} is not there (output_dir shared, or a custom "
@@ -244,7 +266,44 @@ class TraintraceCallback(TrainerCallback, Outcomes):
         self.checkpoints[ck_id] = (folder, step, h)
         self.last_checkpoint_id = ck_id
         self.ancestry.wrote(ck_id, step)
+        self._best = Path(state.best_model_checkpoint).resolve() if state.best_model_checkpoint else None
+        if self.keep is not None:
+            self.prune()
         return control
+
+    def prune(self) -> list[str]:
+        """``save_total_limit`` through the referee: of this job's checkpoint folders, keep the
+        newest ``keep`` and the best (as the Trainer does), and delete the older ones the last
+        RetentionNotice lists as deletable (``CheckpointDeleted`` recorded first). Returns what
+        it deleted; a folder that cannot be removed is an outcome, never an exception."""
+        import shutil
+
+        keep = self.keep or 0
+        self._pruned_at = (self.client.retention or {}).get("version")
+        deletable = set(self.client.deletable_checkpoints())
+        if not deletable:
+            return []
+        order = [c for c, (folder, _s, _h) in sorted(self.checkpoints.items(), key=lambda kv: kv[1][1])
+                 if folder.is_dir()]
+        best = next((c for c in order if self._best is not None and self.checkpoints[c][0].resolve() == self._best),
+                    None)
+        if best is not None and len(order) >= 2:  # the Trainer's rule: the best stays among the kept
+            order.remove(best)
+            order.insert(len(order) - 1, best)
+        limit = 2 if keep == 1 and best is not None and order[-1] != best else keep
+        protected = set(order[max(0, len(order) - limit):]) if limit else set()
+        done: list[str] = []
+        for ck_id in order:
+            if ck_id in protected or ck_id not in deletable:
+                continue
+            folder = self.checkpoints[ck_id][0]
+            try:
+                if self.client.delete(ck_id, lambda f=folder: shutil.rmtree(f)):
+                    done.append(ck_id)
+            except Exception as exc:  # noqa: BLE001 - a deletion that failed keeps the folder
+                self.outcome(f"rotation: {ck_id} ({folder}) not deleted: {exc}")
+        self.pruned.extend(done)
+        return done
 
     @never_raises(_control)
     def on_epoch_end(self, args, state, control, **kwargs):

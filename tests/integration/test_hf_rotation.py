@@ -4,10 +4,14 @@ and a real worker: ``save_total_limit=2``, ``eval_strategy="steps"``,
 ``load_best_model_at_end=True``, gradient accumulation.
 
 Job C (the Trainer) saves and evaluates every 2 steps; its first evaluation is its best, so the
-Trainer's rotation keeps ``C-2`` (the best) and the newest, and deletes the rest as it goes. At
-step 5 C exploits ``S-4`` (PBT_EXPLOIT), a checkpoint of job S (a plain job client). At step 8,
-after rotation deleted ``C-4``, S reports a divergence with onset 3: S-4 is tainted, and the
-referee rolls C back to ``C-4``, its last checkpoint before the exploit — which is gone. C
+rotation keeps ``C-2`` (the best) and the newest, and deletes the rest as the referee allows
+(SPEC §13: the worker runs with a settle horizon of 1 s, and the callback applies
+``save_total_limit`` through the RetentionNotices). At step 5 C exploits ``S-4`` (PBT_EXPLOIT), a
+checkpoint of job S (a plain job client). At step 7 C waits until the referee marks ``C-4``
+deletable (superseded by the settled ``C-6``), and rotation deletes it. At step 8 S reports a
+divergence with onset 3 — the horizon broken on purpose: seconds after its onset — S-4 is
+tainted, and the referee rolls C back to ``C-4``, its last checkpoint before the exploit, which
+is gone. C
 restores the newest surviving clean checkpoint of its ancestry older than the target, ``C-2``,
 records ``RolledBack`` naming it, resumes through the Trainer's own ``resume_from_checkpoint``
 and finishes; nothing is raised out of ``train_under_control``; the referee raises a
@@ -18,6 +22,7 @@ loss; the log audits clean.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -58,6 +63,12 @@ class Story(transformers.TrainerCallback):
     def on_step_end(self, args, state, control, **kw):
         if self.cb.client.incarnation:
             return
+        if state.global_step == 7:  # the horizon passes: C-4 is superseded by the settled C-6
+            client = self.cb.client
+            deadline = time.monotonic() + WAIT
+            while "C-4" not in client.deletable_checkpoints():
+                assert time.monotonic() < deadline, f"C-4 never deletable: {client.retention}"
+                client.poll(timeout=0.2)
         if state.global_step == 5:
             consume(self.cb, "S-4", self.s4, 5, "PBT_EXPLOIT")
         if state.global_step == 8:
@@ -71,7 +82,7 @@ class Story(transformers.TrainerCallback):
 
 def test_hf_trainer_as_users_configure_it_restores_what_rotation_left(lineage_cohort, tmp_path):
     torch.set_num_threads(1)
-    run = lineage_cohort()
+    run = lineage_cohort(extra_args=["--settle-horizon", "1", "--retention-interval", "0.2"])
     # S: a plain job client whose checkpoint S-4 is a real Trainer-format folder of the same model
     source = run.client("S", base_model="gpt2", on_rollback=lambda cmd: None)
     source.start()
@@ -98,6 +109,7 @@ def test_hf_trainer_as_users_configure_it_restores_what_rotation_left(lineage_co
     run.settle(grace_s=1)
 
     assert "C-4" in story.deleted_before_report and "C-2" not in story.deleted_before_report
+    assert "C-4" in cb.pruned and "C-2" not in cb.pruned
     assert run.rollbacks()["C"] == ("ROLLBACK", "C-4")  # the plan targets what rotation deleted
     assert cb.restores == [Restored("C-2", 2)]  # the newest surviving clean checkpoint older than it
     assert cb.errors == 1 and "C-4" in cb.outcomes[0] and "restored C-2" in cb.outcomes[0]
@@ -121,4 +133,70 @@ def test_hf_trainer_as_users_configure_it_restores_what_rotation_left(lineage_co
 
     kinds = [(a["kind"], a.get("job_id")) for a in alert_records(run.bootstrap, run.topics)]
     assert ("RESTORE_SUBSTITUTED", "C") in kinds, kinds
+    run.assert_audits_clean()
+
+
+class KeptStory(transformers.TrainerCallback):
+    """C rotates (C-2 deleted) before it exploits S-4 at step 7; S reports its divergence at C's
+    step 8, well within the horizon; C's rotation goes on and must keep C-6, the target."""
+
+    def __init__(self, run, cb: TraintraceCallback, source, s4: Path) -> None:
+        self.run, self.cb, self.source, self.s4 = run, cb, source, s4
+
+    def on_step_end(self, args, state, control, **kw):
+        if self.cb.client.incarnation:
+            return
+        client = self.cb.client
+        if state.global_step == 7:
+            deadline = time.monotonic() + WAIT
+            while "C-2" not in self.cb.pruned:  # C-4 settles and supersedes C-2; rotation deletes it
+                assert time.monotonic() < deadline, f"C-2 never deleted: {client.retention}"
+                client.poll(timeout=0.2)
+                self.cb.prune()
+            self.source.progress(4, 0, 2.0)
+            self.source.checkpoint_written("S-4", self.s4, 4, 0)
+            assert self.source.flush(30) == 0
+            self.run.wait_status("S-4", "clean")
+            consume(self.cb, "S-4", self.s4, 7, "PBT_EXPLOIT")
+        if state.global_step == 8:
+            self.source.diverged(3, "detector", "loss spike")  # within the horizon of S's step 4
+            assert self.source.flush(30) == 0
+        if state.global_step == 10:
+            assert self.cb.wait_for_command(WAIT), "no command for C"
+
+
+def test_hf_rotation_through_the_referee_keeps_the_rollback_target(lineage_cohort, tmp_path):
+    torch.set_num_threads(1)
+    run = lineage_cohort(extra_args=["--settle-horizon", "2", "--retention-interval", "0.2"])
+    source = run.client("S", base_model="gpt2", on_rollback=lambda cmd: None)
+    source.start()
+    s4 = tmp_path / "S" / "checkpoint-4"
+    tiny_gpt2(9).save_pretrained(s4)
+    model = tiny_gpt2(3)
+    cb = TraintraceCallback(run.client("C", base_model=base_model_of(model)), halt_wait=30)
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "C"), max_steps=STEPS, per_device_train_batch_size=2, learning_rate=3e-3,
+        logging_steps=2, save_strategy="steps", save_steps=2, save_total_limit=2, report_to=[], use_cpu=True,
+        disable_tqdm=True, dataloader_num_workers=0, seed=3)
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=Tokens(3),
+                                   callbacks=[cb, KeptStory(run, cb, source, s4)])
+    train_under_control(trainer, cb, command_timeout=WAIT)
+    source.poll(5)
+    source.finished("FAILED")
+    run.settle(grace_s=1)
+
+    assert run.rollbacks()["C"] == ("ROLLBACK", "C-6")
+    assert cb.restores == [Restored("C-6", 6)] and cb.errors == 0, cb.outcomes  # the target, kept
+    assert "C-2" in cb.pruned and "C-6" not in cb.pruned
+    assert trainer.state.global_step == STEPS
+    events = run.events()
+    written = [e["checkpoint_id"] for e in events if e["type"] == "CheckpointWritten" and e["job_id"] == "C"]
+    deleted = [e["checkpoint_id"] for e in events if e["type"] == "CheckpointDeleted" and e["job_id"] == "C"]
+    on_disk = sorted(p.name for p in (tmp_path / "C").rglob("checkpoint-*") if p.is_dir())
+    print(f"\nretention (HF, save_total_limit=2, H=2s): {len(written)} checkpoint(s) written, "
+          f"{len(deleted)} deleted, {len(on_disk)} on disk at the end")
+    from streams.testing.invariants import alert_records
+
+    kinds = [a["kind"] for a in alert_records(run.bootstrap, run.topics)]
+    assert "DELETED_PINNED" not in kinds and "RESTORE_SUBSTITUTED" not in kinds, kinds
     run.assert_audits_clean()
