@@ -4,6 +4,8 @@ last one after a replay, and judges every recorded deletion (DELETED_PINNED)."""
 
 from __future__ import annotations
 
+import random
+
 from streams.codec import Codec
 from streams.control.commands import command_from_record
 from streams.core.decide import Lineage
@@ -107,3 +109,110 @@ def test_the_book_survives_a_snapshot_and_an_old_snapshot_gets_a_fresh_one():
     assert back.retention_tick(T0 + 100, 10) == []  # nothing changed: nothing decided again
     del back.__dict__["retention"]  # an engine snapshotted before schemas v9
     assert [x.version for x in back.retention_tick(T0 + 100, 10) if isinstance(x, RetentionChanged)] == [1]
+
+
+# -- the live property: deleting everything the notices allow changes no plan ------------------
+
+
+def run_with_deletions(raw, horizon, points, rng, delete=True):
+    """Fold the generated events (dicts) through a Referee; at ``points`` random positions a
+    clock tick with the horizon (the watermark: the largest ts so far), and — with ``delete`` —
+    each job at once records a ``CheckpointDeleted`` for everything its notice lists as
+    deletable (its later events' seqs shift past the inserted ones). Returns (the plans in force
+    at the end, every rollback target issued, the checkpoints deleted, the DELETED_PINNED
+    alerts, the notices)."""
+    from streams.core.events import parse_event
+
+    ref = Referee()
+    marks = set(rng.sample(range(len(raw)), min(points, len(raw))))
+    shift: dict[str, int] = {}
+    last: dict[str, tuple[int, int]] = {}  # job -> (seq, incarnation) of its last event
+    deleted: set[str] = set()
+    targets: list[tuple[str, str]] = []
+    pinned: list[dict] = []
+    notices = 0
+    w = None
+
+    def take(out):
+        nonlocal notices
+        for em in out:
+            if em.record == "RollbackCommand" and em.value.get("target_checkpoint_id"):
+                targets.append((em.value["job_id"], em.value["target_checkpoint_id"]))
+                assert em.value["target_checkpoint_id"] not in deleted, \
+                    f"{em.value['job_id']}'s plan targets {em.value['target_checkpoint_id']}, deleted (H={horizon})"
+            elif em.topic == "alerts" and em.value["kind"] == "DELETED_PINNED":
+                pinned.append(em.value)
+            elif em.record == "RetentionNotice":
+                notices += 1
+                yield em
+
+    for i, d in enumerate(raw):
+        job = d["job_id"]
+        e = parse_event({**d, "seq": d["seq"] + shift.get(job, 0)})
+        cohort = d.get("cohort_id") or ref.engines and next(
+            (c for c, lin in ref.engines.items() if job in lin.state.jobs), "")
+        list(take(ref.handle(cohort, e, e.ts).emissions))
+        last[job] = (e.seq, e.incarnation)
+        w = e.ts if w is None else max(w, e.ts)
+        if i not in marks:
+            continue
+        for c in sorted(ref.engines):
+            for em in list(take(ref.clock_tick(c, w, 10**12, horizon_ms=horizon))):
+                if not delete:
+                    continue
+                j = em.value["job_id"]
+                for row in em.value["deletable"]:
+                    seq, inc = last[j]
+                    gone = parse_event({"type": "CheckpointDeleted", "job_id": j, "seq": seq + 1, "incarnation": inc,
+                                        "ts": w, "prev_hash": None, "hash": None,
+                                        "checkpoint_id": row["checkpoint_id"]})
+                    list(take(ref.handle(c, gone, w).emissions))
+                    deleted.add(row["checkpoint_id"])
+                    shift[j] = shift.get(j, 0) + 1
+                    last[j] = (seq + 1, inc)
+    for c in sorted(ref.engines):
+        list(take(ref.clock_tick(c, w, 10**12, horizon_ms=horizon)))
+    plans = {j: (p["action"], p.get("target_checkpoint_id"), p.get("target_step"))
+             for lin in ref.engines.values() for j, p in lin.plans.items()}
+    return plans, targets, deleted, pinned, notices
+
+
+def test_deleting_everything_the_notices_allow_changes_no_plan_on_random_cohorts():
+    """SPEC §13's promise, end to end through the referee: random cohorts whose divergences are
+    found late (up to 300 steps back), the horizon the log keeps, deletions at random points —
+    no plan ever targets a deleted checkpoint, no deletion is judged pinned, and the plans in
+    force at the end are those of the same run that deleted nothing."""
+    from .test_retention import kept_horizon, late_cohort
+    from streams.core.events import event_to_dict
+
+    seeds = range(12)
+    deleted_total = targets_total = 0
+    for seed in seeds:
+        events = late_cohort(seed)
+        horizon = kept_horizon(events)
+        raw = [event_to_dict(e) for e in events]
+        plans, targets, deleted, pinned, notices = run_with_deletions(raw, horizon, 60, random.Random(seed))
+        base, base_targets, _, _, _ = run_with_deletions(raw, horizon, 60, random.Random(seed), delete=False)
+        assert not pinned, pinned[:3]
+        assert plans == base, seed
+        assert sorted(targets) == sorted(base_targets), seed
+        assert notices > 0
+        deleted_total += len(deleted)
+        targets_total += len(targets)
+    assert deleted_total > 100 and targets_total > 20  # neither vacuous
+
+
+def test_a_horizon_cut_short_deletes_a_target():
+    """The live property has teeth: with a quarter of the horizon the logs keep, a plan targets
+    a checkpoint already deleted on some cohort."""
+    from .test_retention import kept_horizon, late_cohort
+    from streams.core.events import event_to_dict
+
+    hit = 0
+    for seed in range(24):
+        events = late_cohort(seed)
+        try:
+            run_with_deletions([event_to_dict(e) for e in events], kept_horizon(events) // 4, 80, random.Random(seed))
+        except AssertionError:
+            hit += 1
+    assert hit > 0
