@@ -130,6 +130,11 @@ class TraintraceCallback(pl.Callback, Outcomes):
         self._grad_norm: float | None = None
         self.ancestry = Ancestry()  # this job's own checkpoints its weights descend from
         self.gave_up: str | None = None  # why the job stopped for good (JobFinished's status)
+        #: rotation through the referee: what a rotation wanted gone and the referee still keeps
+        #: (checkpoint id -> how to remove it), what was deleted, the notice version last tried
+        self.rotation_pending: dict[str, Callable[[], object]] = {}
+        self.pruned: list[str] = []
+        self._rotated_at: int | None = None
         self._init_outcomes()
 
     # -- the record -------------------------------------------------------------------------------
@@ -236,8 +241,33 @@ class TraintraceCallback(pl.Callback, Outcomes):
                 trainer.should_stop = True  # wait for the referee (fit_under_control)
                 return
         self.control()
+        if self.rotation_pending and (self.client.retention or {}).get("version") != self._rotated_at:
+            self.rotate()
         if self.stopping:
             trainer.should_stop = True
+
+    # -- rotation (SPEC §13) --------------------------------------------------------------------
+
+    def rotate_out(self, checkpoint_id: str, remove: Callable[[], object]) -> bool:
+        """A rotation (:class:`LineageCheckpoint`'s ``save_top_k``) wants ``checkpoint_id`` gone:
+        deleted now when the referee's last RetentionNotice lists it as deletable
+        (``CheckpointDeleted`` first), else kept until it is (:meth:`rotate`, at batch ends).
+        Whether it was deleted now; never raises."""
+        try:
+            if self.client.delete(checkpoint_id, remove):
+                self.pruned.append(checkpoint_id)
+                self.rotation_pending.pop(checkpoint_id, None)
+                return True
+        except Exception as exc:  # noqa: BLE001 - a deletion that failed keeps the file: never crash
+            self.outcome(f"rotation: {checkpoint_id} not deleted: {exc}")
+        self.rotation_pending[checkpoint_id] = remove
+        return False
+
+    def rotate(self) -> list[str]:
+        """Delete the checkpoints a rotation gave up on that the referee now marks deletable."""
+        self._rotated_at = (self.client.retention or {}).get("version")
+        done = [c for c in list(self.rotation_pending) if self.rotate_out(c, self.rotation_pending[c])]
+        return done
 
     # -- control ----------------------------------------------------------------------------------
 
@@ -349,9 +379,12 @@ class LineageCheckpoint(ModelCheckpoint):
     once the job diverged or a rollback waits. Takes ``every_n_train_steps``,
     ``every_n_epochs``, ``train_time_interval`` and ``save_on_train_epoch_end`` as
     ``ModelCheckpoint`` does; keeps every checkpoint unless given ``save_top_k`` (with
-    ``monitor``/``mode``, or alone: the newest k), which rotates the store as Lightning does —
-    a rollback whose target was rotated away restores the newest surviving older checkpoint
-    instead (see :meth:`TraintraceCallback.prepare_restore`)."""
+    ``monitor``/``mode``, or alone: the newest k), which rotates the store as Lightning ranks it,
+    through the referee (SPEC §13): a checkpoint Lightning drops is deleted only once the
+    referee's RetentionNotice lists it as deletable (``CheckpointDeleted`` recorded first), kept
+    beyond ``save_top_k`` until then, and never without a notice. A rollback whose target is gone
+    anyway (the horizon broken) restores the newest surviving older checkpoint instead (see
+    :meth:`TraintraceCallback.prepare_restore`)."""
 
     def __init__(self, lineage: TraintraceCallback, **kw: Any) -> None:
         fixed = {"dirpath", "save_last", "save_weights_only", "filename", "enable_version_counter"}
@@ -378,6 +411,16 @@ class LineageCheckpoint(ModelCheckpoint):
         step = metrics.get("step")
         step = int(step.item() if isinstance(step, torch.Tensor) else step or 0)
         return str(self.lineage.store.file(self.lineage.checkpoint_id(step)))
+
+    def _remove_checkpoint(self, trainer: Any, filepath: str) -> None:
+        """Lightning's rotation through the referee (SPEC §13): the file goes only when the
+        referee marks its checkpoint deletable, else it stays until it is
+        (:meth:`TraintraceCallback.rotate_out`)."""
+        path = Path(filepath)
+        if path.parent.resolve() != self.lineage.store.root.resolve() or path.suffix != ".pt":
+            super()._remove_checkpoint(trainer, filepath)  # not one of the store's checkpoints
+            return
+        self.lineage.rotate_out(path.stem, lambda: trainer.strategy.remove_checkpoint(filepath))
 
     def _save_checkpoint(self, trainer: Any, filepath: str) -> None:
         ck_id = self.lineage.checkpoint_id(trainer.global_step)

@@ -1,12 +1,14 @@
 """Lightning's own ``BoringModel`` (``pytorch_lightning.demos.boring_classes``), as a user fits
 it (issue 22), on a real broker and a real worker: the user's own
 ``ModelCheckpoint(save_top_k=2, monitor="val_score", mode="max")`` next to the integration, and
-the integration's ``LineageCheckpoint`` rotating its store too (``save_top_k=2``: the newest two).
+the integration's ``LineageCheckpoint`` rotating its store too (``save_top_k=2``: the newest two),
+through the referee (SPEC §13: the worker runs with a settle horizon of 1 s).
 
 B checkpoints every 4 steps and exploits ``S-4`` (a checkpoint of job S, a plain job client) at
-step 6. At step 13, after rotation deleted ``B-4``, S reports a divergence with onset 3: the
-referee rolls B back to ``B-4``, its last checkpoint before the exploit — which is gone, and
-nothing older survives. B restarts from its start state (its base), records ``RolledBack``
+step 6. At step 13 B waits until the referee marks ``B-4`` deletable (superseded by the settled
+``B-8``) and the rotation deletes it; then S reports a divergence with onset 3 — the horizon
+broken on purpose, seconds after its onset: the referee rolls B back to ``B-4``, its last
+checkpoint before the exploit — which is gone, and nothing older survives. B restarts from its start state (its base), records ``RolledBack``
 naming that, refits through Lightning and finishes; nothing is raised out of
 ``fit_under_control``; the user's monitored score, which Lightning maximises, is never recorded
 as a loss; the log audits clean.
@@ -15,6 +17,7 @@ as a loss; the log audits clean.
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -57,7 +60,7 @@ def test_boring_model_with_the_users_model_checkpoint_and_rotation(lineage_cohor
     torch.set_num_threads(1)
     # BoringModel's loss (random inputs, a fixed target) is noisy: a spike factor of 50 keeps the
     # processor's spike rule from rolling B back a second time on its own noise
-    run = lineage_cohort(extra_args=["--spike-factor", "50"])
+    run = lineage_cohort(extra_args=["--spike-factor", "50", "--settle-horizon", "1", "--retention-interval", "0.2"])
     store = tmp_path / "ckpts"
     store.mkdir()
     source = run.client("S", base_model="boring", on_rollback=lambda cmd: None)
@@ -76,6 +79,11 @@ def test_boring_model_with_the_users_model_checkpoint_and_rotation(lineage_cohor
         if step == 6 and "exploit" not in seen:
             seen["exploit"] = lineage.consume("S-4", "PBT_EXPLOIT")
         if step == 13 and "report" not in seen:
+            deadline = time.monotonic() + WAIT
+            while "B-4" not in lineage.pruned:  # Lightning dropped it at B-12; the referee allows it once B-8 settles
+                assert time.monotonic() < deadline, f"B-4 never deleted: {lineage.client.retention}"
+                lineage.control(timeout=0.2)
+                lineage.rotate()
             seen["report"] = sorted(p.name for p in store.glob("B-*.pt"))
             source.diverged(3, "late-detector", "found by an offline evaluation, after the fact")
             assert source.flush(30) == 0
