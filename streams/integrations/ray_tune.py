@@ -43,10 +43,13 @@ What it records (SPEC §4), one :class:`~streams.client.JobClient` per trial liv
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import logging
+import math
 import os
 import random
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,6 +110,14 @@ class TrialJob:
     ancestry: Ancestry = field(default_factory=Ancestry)
     #: what went wrong on our side and what was done instead, e.g. "restore-substituted: ..."
     outcomes: list[str] = field(default_factory=list)
+    #: Tune's ``CheckpointConfig.num_to_keep``, taken over (None: the user set none)
+    keep: int | None = None
+    #: its ``checkpoint_score_attribute`` and ``checkpoint_score_order`` (None: by recency)
+    score_attr: str | None = None
+    score_max: bool = True
+    #: the checkpoints the rotation deleted, in order; the notice version it last ran on
+    pruned: list[str] = field(default_factory=list)
+    rotated_at: int | None = None
 
     @property
     def job_id(self) -> str:
@@ -223,6 +234,7 @@ class LineagePBT(PopulationBasedTraining):
             client.on_rollback = lambda cmd, job=job: self._rollback(job, cmd)
             client.on_halt = lambda cmd, job=job: self._hold(job)
             client.start()
+            self._take_rotation(job, trial)
         except Exception as exc:  # noqa: BLE001 - no record, no concurrent training: stop the trial
             self.errors += 1
             self.unrecorded.add(trial.trial_id)
@@ -374,6 +386,69 @@ class LineagePBT(PopulationBasedTraining):
     def _obey(self, job: TrialJob) -> None:
         if not job.client.is_finished:
             job.client.poll()
+        if job.keep is not None and (job.client.retention or {}).get("version") != job.rotated_at:
+            self._rotate(job)
+
+    # -- rotation through the referee (SPEC §13) ----------------------------------------------------
+
+    @staticmethod
+    def _take_rotation(job: TrialJob, trial: Trial) -> None:
+        """Take ``CheckpointConfig(num_to_keep=k)`` over from the trial's checkpoint manager (it
+        then deletes nothing) and apply it in :meth:`_rotate`, through the referee. A Tune whose
+        checkpoint manager is not where this expects keeps its own rotation (an outcome says so:
+        a rollback target it deletes is then substituted, issue 22)."""
+        try:
+            cm = trial.run_metadata.checkpoint_manager
+            cfg = cm._checkpoint_config
+            if cfg.num_to_keep is None:
+                return
+            job.keep = int(cfg.num_to_keep)
+            job.score_attr = cfg.checkpoint_score_attribute
+            job.score_max = cfg.checkpoint_score_order != "min"
+            cm._checkpoint_config = dataclasses.replace(cfg, num_to_keep=None)
+        except Exception as exc:  # noqa: BLE001 - another Ray: its own rotation stays
+            job.outcomes.append(f"rotation-not-taken: Tune keeps its own num_to_keep rotation ({exc!r})")
+
+    def _rotate(self, job: TrialJob) -> list[str]:
+        """Tune's ``num_to_keep`` through the referee: of this trial's checkpoints still on disk,
+        keep the best ``keep`` as Tune ranks them (by ``checkpoint_score_attribute``, else the
+        newest) and its latest, delete the older ones the last RetentionNotice
+        lists as deletable (``CheckpointDeleted`` first) and drop them from Tune's bookkeeping;
+        the others stay until they are deletable. Never raises."""
+        job.rotated_at = (job.client.retention or {}).get("version")
+        deletable = set(job.client.deletable_checkpoints())
+        if not deletable:
+            return []
+        mine = [c for c, w in self.checkpoints.items() if w.trial_id == job.trial.trial_id and Path(w.path).is_dir()]
+        if job.score_attr:  # Tune's order: worst first (nan < -inf < a number), the best kept
+            mine.sort(key=lambda c: _score(self.checkpoints[c].metrics.get(job.score_attr or ""), job.score_max))
+        keep = job.keep or 0
+        protected = set(mine[max(0, len(mine) - keep):]) if keep else set()
+        protected.add(job.last_checkpoint_id or "")
+        done = []
+        for ck_id in mine:
+            if ck_id in protected or ck_id not in deletable:
+                continue
+            path = self.checkpoints[ck_id].path
+            try:
+                if job.client.delete(ck_id, lambda p=path: shutil.rmtree(p)):
+                    done.append(ck_id)
+                    self._forget_in_tune(job.trial, path)
+            except Exception as exc:  # noqa: BLE001 - a deletion that failed keeps the directory
+                job.outcomes.append(f"rotation: {ck_id} not deleted: {exc}")
+        job.pruned.extend(done)
+        return done
+
+    @staticmethod
+    def _forget_in_tune(trial: Trial, path: str) -> None:
+        """Drop a deleted checkpoint from the trial's checkpoint manager (best_checkpoints)."""
+        try:
+            cm = trial.run_metadata.checkpoint_manager
+            gone = str(Path(path).resolve())
+            cm._checkpoint_results = [r for r in cm._checkpoint_results
+                                      if str(Path(r.checkpoint.path).resolve()) != gone]
+        except Exception:  # noqa: BLE001 - bookkeeping only
+            log.debug("traintrace: Tune's checkpoint list not updated for %s", path)
 
     def _pause(self, trial: Trial) -> None:
         if trial.status == Trial.RUNNING and self._controller is not None:
@@ -464,6 +539,14 @@ class LineagePBT(PopulationBasedTraining):
                 candidates.append(trial)
         candidates.sort(key=lambda t: self._trial_state[t].last_train_time)
         return candidates[0] if candidates else None
+
+
+def _score(v: Any, greater_is_better: bool) -> tuple[bool, float]:
+    """Tune's checkpoint score: nan (or missing) < -inf < a number, negated for ``min``."""
+    x = _number(v)
+    if x is None or math.isnan(x):
+        return (False, 0.0)
+    return (True, x if greater_is_better else -x)
 
 
 def _number(v: Any) -> float | None:

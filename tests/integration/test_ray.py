@@ -121,7 +121,7 @@ def ray_cluster():
 
 def run_pbt(run, tmp_path, name: str, param_space: dict, perturbation_interval: int,
             metric: str = "loss", mode: str = "min", iters: int = ITERS, quantile_fraction: float = 0.25,
-            **lineage) -> tuple:
+            checkpoint_config=None, **lineage) -> tuple:
     pbt = LineagePBT(journal_dir=tmp_path / "jobs", cohort=run.cohort, base_model="tiny-mlp",
                      client_kwargs=run.client_kwargs(), hold_timeout=120,
                      time_attr="training_iteration", perturbation_interval=perturbation_interval,
@@ -132,7 +132,7 @@ def run_pbt(run, tmp_path, name: str, param_space: dict, perturbation_interval: 
         tune_config=tune.TuneConfig(scheduler=pbt, metric=metric, mode=mode, num_samples=1,
                                     reuse_actors=True),
         run_config=tune.RunConfig(name=name, storage_path=str(tmp_path / "ray"), verbose=0,
-                                  stop={"training_iteration": iters}))
+                                  stop={"training_iteration": iters}, checkpoint_config=checkpoint_config))
     results = tuner.fit()
     return pbt, results
 
@@ -196,6 +196,38 @@ def test_a_diverged_trial_is_rolled_back_through_rays_restore(ray_cluster, linea
     assert after[-1]["step"] == ITERS and all(e["loss"] < 10 for e in after)
     assert any(e["step"] == ITERS and e["incarnation"] == 1 for e in mine if e["type"] == "CheckpointWritten")
     assert mine[-1]["type"] == "JobFinished" and mine[-1]["status"] == "SUCCEEDED"
+    run.assert_audits_clean()
+
+
+def test_num_to_keep_rotates_through_the_referee_and_keeps_the_target(ray_cluster, lineage_cohort, tmp_path):
+    """``CheckpointConfig(num_to_keep=2)`` with a settle horizon on the worker (SPEC §13): Tune's
+    rotation is the scheduler's, through the referee. Each trial checkpoints every iteration; the
+    older ones go as they become deletable; a trial diverging at iteration 8 is rolled back to
+    its iteration-7 checkpoint, which the rotation kept, and restores it with no substitution."""
+    torch.set_num_threads(1)
+    run = lineage_cohort(extra_args=["--settle-horizon", "1", "--retention-interval", "0.2"])
+    iters = 10
+    space = {"lr": tune.grid_search(LRS[1:3]), "pace": 0.4,
+             "lr_spike_at": tune.sample_from(lambda s: 8 if s.config.lr == LRS[2] else None)}
+    pbt, results = run_pbt(run, tmp_path, "rotation", space, perturbation_interval=100, iters=iters,
+                           checkpoint_config=tune.CheckpointConfig(num_to_keep=2))
+    assert not results.errors, results.errors
+    run.settle(grace_s=1)
+    spiked = next(j for j in pbt.jobs.values() if j.trial.config.get("lr_spike_at") == 8)
+    p = spiked.job_id
+    assert run.rollbacks() == {p: ("ROLLBACK", f"{p}-7")}
+    assert [(r.checkpoint_id, r.step) for r in spiked.restores] == [(f"{p}-7", 7)], spiked.outcomes
+    events = run.events()
+    deleted = [e["checkpoint_id"] for e in events if e["type"] == "CheckpointDeleted"]
+    written = [e["checkpoint_id"] for e in events if e["type"] == "CheckpointWritten"]
+    assert f"{p}-7" not in deleted and all(j.keep == 2 for j in pbt.jobs.values())
+    assert len(deleted) >= 4, (deleted, [j.pruned for j in pbt.jobs.values()])
+    on_disk = sum(1 for w in pbt.checkpoints.values() if os.path.isdir(w.path))
+    print(f"\nretention (Ray, num_to_keep=2, H=1s): {len(written)} checkpoint(s) written, {len(deleted)} deleted, "
+          f"{on_disk} on disk at the end")
+    from streams.testing.invariants import alert_records
+
+    assert "DELETED_PINNED" not in {a["kind"] for a in alert_records(run.bootstrap, run.topics)}
     run.assert_audits_clean()
 
 

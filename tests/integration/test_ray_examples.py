@@ -13,8 +13,9 @@ own process (``ray_example_driver.py``) with ``PopulationBasedTraining`` swapped
   the log audits clean; ``Tuner.fit()`` returns;
 - a NaN injected into one trial's ``mean_accuracy`` at iteration 6, after another trial exploited
   its iteration-5 checkpoint (a taint margin of 1 taints it): the diverged trial and exactly the
-  trials that exploited its tainted checkpoint are rolled back, whatever Ray's rotation deleted
-  meanwhile (each restores what survives, and says so), and the run finishes.
+  trials that exploited its tainted checkpoint are rolled back, and the run finishes. The worker
+  runs with a settle horizon (SPEC §13), so the example's own ``num_to_keep=2`` rotates through
+  the referee: checkpoints are deleted as they become deletable, none a plan targets.
 """
 
 from __future__ import annotations
@@ -128,7 +129,8 @@ def test_rays_own_example_runs_healthy_with_no_plan(lineage_cohort, tmp_path, ex
 def test_rays_own_example_with_a_nan_rolls_back_the_trial_and_its_exploiters(lineage_cohort, tmp_path):
     from streams.core.state import Config
 
-    run, report = run_with_exploits(lineage_cohort, tmp_path, "pbt_function", ["--taint-margin", "1"],
+    run, report = run_with_exploits(lineage_cohort, tmp_path, "pbt_function",
+                                    ["--taint-margin", "1", "--settle-horizon", "1", "--retention-interval", "0.2"],
                                     nan_at=6)
     run.settle(grace_s=1)
     events = run.events()
@@ -154,4 +156,13 @@ def test_rays_own_example_with_a_nan_rolls_back_the_trial_and_its_exploiters(lin
     assert plans["plans"] == [] and plans["halts"] == [], plans  # every plan acknowledged
     finished = {e["job_id"] for e in events if e["type"] == "JobFinished"}
     assert finished == set(report["jobs"])
+    # retention: the rotation deleted through the referee, never a plan's target
+    deleted = {e["checkpoint_id"] for e in events if e["type"] == "CheckpointDeleted"}
+    written = [e for e in events if e["type"] == "CheckpointWritten"]
+    assert not {t for _a, t in live.values() if t} & deleted, (live, sorted(deleted))
+    from streams.testing.invariants import alert_records
+
+    assert "DELETED_PINNED" not in {a["kind"] for a in alert_records(run.bootstrap, run.topics)}
+    print(f"\nretention (Ray pbt_function, num_to_keep=2, H=1s): {len(written)} checkpoint(s) written, "
+          f"{len(deleted)} deleted by the rotation")
     run.assert_audits_clean(Config(taint_margin=1))
