@@ -75,6 +75,18 @@ def test_torch_rotation_keeps_what_a_rollback_needs(lineage_cohort, tmp_path):
         r.progress(s, 0.5)
         r.save(s)
         r.poll(s)
+    # what an operator sees: the referee keeps R-4 (the newest clean checkpoint before the merge)
+    from click.testing import CliRunner
+    from streams.cli.main import cli
+    import json
+
+    prefix = run.topics.events[: -len("lineage.events")]
+    out = CliRunner().invoke(cli, ["retention", "--job", "R", "--json", "--bootstrap", run.bootstrap,
+                                   "--topic-prefix", prefix, "--trusted-keys", str(run.keys)])
+    assert out.exit_code == 0, out.output
+    live = json.loads(out.output)
+    assert live["signatures_checked"] and not live["unverified"]
+    assert {r["checkpoint_id"]: r["deletable"] for r in live["checkpoints"]}.get("R-4") is False, live
     wait_until("R's rollback", lambda: bool(restores), [w.client, r.client])
     (got,) = restores
     assert got.checkpoint_id == "R-4" and not got.from_scratch and r.outcomes == []
