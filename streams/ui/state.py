@@ -38,6 +38,21 @@ def incident_ids(lin: Any, ck: Any) -> list[str]:
                    (lin.verdicts[s].incident_ids if s in lin.verdicts else ())})
 
 
+def retention_view(lin: Any, job_id: str) -> dict[str, Any] | None:
+    """A job's checkpoints as the referee last decided their retention (SPEC §13): how many it
+    may delete, keeps (by reason) and deleted; None before any decision (no settle horizon)."""
+    book = lin.book()
+    view = book.views.get(job_id)
+    if view is None:
+        return None
+    _version, deletable, kept = view
+    reasons: dict[str, int] = {}
+    for _ck, why, _by in kept:
+        reasons[why] = reasons.get(why, 0) + 1
+    return {"deletable": len(deletable), "kept": len(kept), "kept_by_reason": reasons,
+            "deleted": sum(1 for j in book.deleted.values() if j == job_id)}
+
+
 def job_state(job: Any, plan: dict[str, Any] | None, acknowledged: dict[str, Any]) -> str:
     """One word for a job: halted, diverged, rollback planned, finished, rolled back, running."""
     inc = job.current
@@ -154,7 +169,7 @@ class UIState:
                     return {"checkpoint_id": ck.id, "status": "tainted" if ck.sources else "clean",
                             "job_id": ck.job_id, "incarnation": ck.incarnation, "step": ck.step,
                             "content_hash": ck.content_hash, "incident_ids": incident_ids(lin, ck),
-                            "source": "ui"}
+                            "retention": lin.book().status_of(ck.job_id, ck.id), "source": "ui"}
             return {"checkpoint_id": checkpoint_id, "status": "unknown"}
 
     def drawing_input(self, cohort: str) -> tuple[int, list[LogRecord], list[LogRecord]]:
@@ -198,7 +213,8 @@ class UIState:
         return {"job_id": job.job_id, "cohort_id": job.cohort_id if job.cohort_id is not None else (cohort or None),
                 "incarnation": inc.number if inc else None, "last_step": inc.last_step if inc else None,
                 "state": job_state(job, lin.plans.get(job.job_id), acked), "rollbacks": job.rollbacks,
-                "halted": job.halt_reason, "diverged": sorted(job.diverged)}
+                "halted": job.halt_reason, "diverged": sorted(job.diverged),
+                "retention": retention_view(lin, job.job_id)}
 
     def _plans(self, acked: dict[str, Any]) -> list[dict[str, Any]]:
         """The plan records published, each with its acknowledgement; the last of a job is in force."""

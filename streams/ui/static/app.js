@@ -48,7 +48,9 @@ function renderJobs(st) {
       <td><span class="badge st-${slug(j.state)}" data-testid="job-state">${esc(j.state)}</span>
         ${j.rollbacks && j.state !== "rolled back" ? `<span class="badge st-rolled-back">↺ rolled back ×${esc(j.rollbacks)}</span>` : ""}
         ${j.halted ? `<span class="badge st-halted">${esc(j.halted)}</span>` : ""}</td>
-    </tr>`).join("") || '<tr><td colspan="5" class="empty">no job yet</td></tr>';
+      <td data-testid="job-retention">${j.retention ? `${esc(j.retention.kept)} kept · ${esc(j.retention.deletable)} deletable · ${esc(j.retention.deleted)} deleted`
+        : '<span class="empty">all kept</span>'}</td>
+    </tr>`).join("") || '<tr><td colspan="6" class="empty">no job yet</td></tr>';
 }
 
 function renderIncidents(st) {
