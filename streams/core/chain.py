@@ -2,7 +2,7 @@
 
 Canonical bytes of an event: the event type, then every field of SPEC §4 in the fixed order
 below (envelope first: ``job_id, seq, incarnation, ts, prev_hash``, then the type's own fields
-in the order of SPEC §4), each written as UTF-8 text followed by one 0x00 byte — integers in
+in the order of SPEC §4; ``CheckpointDeleted``, schemas v9, its ``checkpoint_id``), each written as UTF-8 text followed by one 0x00 byte — integers in
 decimal, null as the empty string, doubles as Python's shortest round-trip ``repr`` (``nan``,
 ``inf``, ``-inf`` for non-finite values). ``hash`` itself is excluded.
 

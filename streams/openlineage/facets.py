@@ -2,7 +2,8 @@
 
 Standard (OpenLineage spec 2-0-2): ``parent`` (ParentRunFacet 1-2-0: the rollback link, see
 :mod:`streams.openlineage.mapping`), ``version`` (DatasetVersionDatasetFacet 1-0-1: a
-checkpoint's content hash) and ``jobType`` (JobTypeJobFacet 2-0-4); the client adds ``tags``
+checkpoint's content hash), ``jobType`` (JobTypeJobFacet 2-0-4) and ``lifecycleStateChange``
+(LifecycleStateChangeDatasetFacet 1-0-1: ``DROP`` for a deleted checkpoint); the client adds ``tags``
 (TagsRunFacet 1-0-0) to every run.
 
 Custom (``traintrace_*``): each has a JSON schema of its own, shipped in ``facets/`` beside this
@@ -44,6 +45,9 @@ STANDARD: dict[str, str] = {
     "parent": "https://openlineage.io/spec/facets/1-2-0/ParentRunFacet.json#/$defs/ParentRunFacet",
     "version": "https://openlineage.io/spec/facets/1-0-1/DatasetVersionDatasetFacet.json#/$defs/DatasetVersionDatasetFacet",
     "jobType": "https://openlineage.io/spec/facets/2-0-4/JobTypeJobFacet.json#/$defs/JobTypeJobFacet",
+    # a checkpoint the job deleted (CheckpointDeleted, SPEC §13): its dataset is DROPped
+    "lifecycleStateChange": "https://openlineage.io/spec/facets/1-0-1/LifecycleStateChangeDatasetFacet.json"
+                            "#/$defs/LifecycleStateChangeDatasetFacet",
     # not ours: the openlineage-python client adds it to every run (openlineage_client_version)
     "tags": "https://openlineage.io/spec/facets/1-0-0/TagsRunFacet.json#/$defs/TagsRunFacet",
 }

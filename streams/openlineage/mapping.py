@@ -12,7 +12,9 @@ The model:
 - ``JobStarted`` -> START; ``JobFinished`` -> COMPLETE / FAIL / ABORT (SUCCEEDED / FAILED /
   CANCELLED); ``CheckpointWritten`` -> RUNNING with the checkpoint as an **output** dataset;
   ``CheckpointConsumed`` -> RUNNING with the source checkpoint as an **input** carrying its mode
-  (``traintrace_consumption``); ``DivergenceReported`` -> RUNNING with ``traintrace_divergence``.
+  (``traintrace_consumption``); ``DivergenceReported`` -> RUNNING with ``traintrace_divergence``;
+  ``CheckpointDeleted`` (SPEC §13) -> RUNNING with the checkpoint as an **output** carrying the
+  standard ``lifecycleStateChange`` facet ``DROP``.
   ``Progress`` emits nothing by itself (one per step would flood a backend): the last progress
   rides along on the next event as ``traintrace_progress``;
 - a ``RolledBack`` (its incarnation is the new one) ends the previous incarnation's run with
@@ -49,6 +51,7 @@ from urllib.parse import urlsplit
 
 from streams.core.events import (
     CheckpointConsumed,
+    CheckpointDeleted,
     CheckpointWritten,
     DivergenceReported,
     Event,
@@ -145,7 +148,7 @@ class OpenLineageMapper:
         """The RunEvents of one traintrace event (a parsed event or its dict form); a duplicate
         (same job and seq) gives none."""
         if not isinstance(event, (JobStarted, Progress, CheckpointWritten, CheckpointConsumed,
-                                  DivergenceReported, RolledBack, JobFinished)):
+                                  DivergenceReported, RolledBack, JobFinished, CheckpointDeleted)):
             event = parse_event(dict(event))
         key = (event.job_id, event.seq)
         if key in self._seen_events:
@@ -183,6 +186,16 @@ class OpenLineageMapper:
         self._checkpoints[e.checkpoint_id] = ck
         out = self._ensure_started(e.job_id, e.incarnation, e.ts)
         return out + [self._event(self._live(e), e.job_id, e.incarnation, e.ts, outputs=[ck.dataset()])]
+
+    def _checkpoint_deleted(self, e: CheckpointDeleted) -> list[dict[str, Any]]:
+        """A RUNNING event whose output is the checkpoint's dataset, DROPped (SPEC §13)."""
+        ck = self._checkpoints.get(e.checkpoint_id) or _Checkpoint(
+            UNKNOWN_CHECKPOINT_NAMESPACE, f"checkpoint/{e.checkpoint_id}",
+            {"checkpointId": e.checkpoint_id, "jobId": e.job_id})
+        drop = F.facet("lifecycleStateChange", lifecycleStateChange="DROP")
+        out = self._ensure_started(e.job_id, e.incarnation, e.ts)
+        return out + [self._event(self._live(e), e.job_id, e.incarnation, e.ts,
+                                  outputs=[ck.dataset(lifecycleStateChange=drop)])]
 
     def _checkpoint_consumed(self, e: CheckpointConsumed) -> list[dict[str, Any]]:
         out = self._ensure_started(e.job_id, e.incarnation, e.ts)
@@ -387,6 +400,7 @@ _EVENT_HANDLERS = {
     DivergenceReported: OpenLineageMapper._divergence_reported,
     RolledBack: OpenLineageMapper._rolled_back,
     JobFinished: OpenLineageMapper._job_finished,
+    CheckpointDeleted: OpenLineageMapper._checkpoint_deleted,
 }
 
 _RECORD_HANDLERS = {

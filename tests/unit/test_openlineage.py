@@ -35,7 +35,7 @@ from tests.unit.vectors import scenarios_dir
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = scenarios_dir()
 SPEC_FILES = ("OpenLineage.json", "facets/ParentRunFacet.json", "facets/DatasetVersionDatasetFacet.json",
-              "facets/JobTypeJobFacet.json", "facets/TagsRunFacet.json")
+              "facets/JobTypeJobFacet.json", "facets/TagsRunFacet.json", "facets/LifecycleStateChangeDatasetFacet.json")
 OL_BASE = "https://openlineage.io/spec/2-0-2/OpenLineage.json"
 
 
@@ -312,3 +312,22 @@ def test_progress_without_a_loss_validates():
     events = story(lines)
     assert events
     assert_valid(events, spec=False)
+
+
+def test_a_deleted_checkpoint_is_an_output_dropped_and_validates():
+    """CheckpointDeleted (SPEC §13, schemas v9): the checkpoint's dataset with the standard
+    lifecycleStateChange facet DROP, on a RUNNING event of the job's run."""
+    from streams.openlineage.mapping import OpenLineageMapper
+
+    m = OpenLineageMapper()
+    base = {"job_id": "A", "incarnation": 0, "prev_hash": None, "hash": None}
+    m.on_event({**base, "seq": 0, "ts": 1, "type": "JobStarted", "cohort_id": "c", "base_model": "b",
+                "base_checkpoint_id": None, "config_hash": None})
+    m.on_event({**base, "seq": 1, "ts": 2, "type": "CheckpointWritten", "checkpoint_id": "A-1", "step": 1,
+                "epoch": 0, "content_hash": "ab" * 32, "uri": "file:///ck/A-1.pt"})
+    (ev,) = m.on_event({**base, "seq": 2, "ts": 3, "type": "CheckpointDeleted", "checkpoint_id": "A-1"})
+    assert ev["eventType"] == "RUNNING"
+    (out,) = ev["outputs"]
+    assert out["facets"]["lifecycleStateChange"]["lifecycleStateChange"] == "DROP"
+    assert out["facets"]["traintrace_checkpoint"]["checkpointId"] == "A-1"
+    assert_valid([ev])

@@ -216,3 +216,27 @@ def test_a_horizon_cut_short_deletes_a_target():
         except AssertionError:
             hit += 1
     assert hit > 0
+
+
+def test_a_deletion_is_in_the_hash_chain_with_the_documented_bytes():
+    from streams.core.chain import canonical_bytes
+    from streams.core.events import parse_event
+    from streams.testing.cohort import chain_events
+
+    raw = [{"type": "JobStarted", "job_id": "A", "seq": 0, "incarnation": 0, "ts": 1, "cohort_id": "c",
+            "base_model": "m", "base_checkpoint_id": None, "config_hash": None},
+           {"type": "CheckpointWritten", "job_id": "A", "seq": 1, "incarnation": 0, "ts": 2, "checkpoint_id": "A-1",
+            "step": 1, "epoch": 0, "content_hash": "h", "uri": "u"},
+           {"type": "CheckpointDeleted", "job_id": "A", "seq": 2, "incarnation": 0, "ts": 3, "checkpoint_id": "A-1"}]
+    chained = list(chain_events(raw))
+    ev = parse_event(chained[2])
+    assert canonical_bytes(ev) == f"CheckpointDeleted\0A\x002\x000\x003\0{ev.prev_hash}\0A-1\0".encode()
+    lin = Lineage()
+    for d in chained:
+        lin.apply(parse_event(d))
+    assert not lin.state.jobs["A"].halt_reasons
+    tampered = dict(chained[2], checkpoint_id="A-2")
+    lin2 = Lineage()
+    for d in chained[:2] + [tampered]:
+        lin2.apply(parse_event(d))
+    assert "CHAIN_BROKEN" in lin2.state.jobs["A"].halt_reasons
