@@ -24,11 +24,12 @@ T0 = 1_760_000_000_000
 
 def simulate_pipeline(source: str | AuditLog, signer: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
                       batch: int = 7, commit_every: int = 3, grace_ms: int | None = None,
-                      codec: Codec | None = None) -> AuditLog:
+                      codec: Codec | None = None, horizon_ms: int | None = None) -> AuditLog:
     """``source`` (a path :func:`~streams.audit.log.load` reads, or an events-only log)
     with the processor's topics added. Batch ``i`` is stamped ``T0 + 1000 * i``; with
     ``grace_ms``, the referee's clock-driven tick runs after every batch, as the worker's
-    housekeeping timer does."""
+    housekeeping timer does; with ``horizon_ms`` (SPEC §13) a retention tick follows every batch,
+    its watermark the latest event time folded (the RetentionNotices go to ``control``)."""
     codec = codec or Codec()
     log = load(source) if isinstance(source, str) else source
     router = Router(codec, {})
@@ -57,6 +58,7 @@ def simulate_pipeline(source: str | AuditLog, signer: Callable[[dict[str, Any]],
                 batches[-1][1].extend(events)
             else:
                 batches.append((cohort, list(events)))
+    mark = 0  # the latest event time folded (the retention ticks' watermark)
     for i, (cohort, events) in enumerate(batches):
         ts = T0 + 1000 * i
         offset = counters.get("input", 0)
@@ -80,6 +82,14 @@ def simulate_pipeline(source: str | AuditLog, signer: Callable[[dict[str, Any]],
                     "cohort_id": due, "events": [], "tick_ms": now, "grace_ms": grace_ms}))
                 publish(referee.clock_tick(due, now, grace_ms, partition=0), now)
                 referee.note_input(due, 0, offset)
+        if horizon_ms is not None:
+            mark = max([mark] + [codec.decode_event(r["value"])["ts"] for r in events if r["value"]])
+            offset = counters.get("input", 0)
+            put("input", cohort, ts + 450, codec.encode_record("EventBatch", {
+                "cohort_id": cohort, "events": [], "tick_ms": mark, "grace_ms": grace_ms or 0,
+                "settle_horizon_ms": horizon_ms}))
+            publish(referee.clock_tick(cohort, mark, grace_ms or 0, partition=0, horizon_ms=horizon_ms), ts + 450)
+            referee.note_input(cohort, 0, offset)
         if i % commit_every == commit_every - 1 or i == len(batches) - 1:
             publish(referee.commitments(ts + 500), ts + 500)
     for topic in ("control", "manifests", "commitments", "dlq", "input"):

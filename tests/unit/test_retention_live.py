@@ -4,6 +4,7 @@ last one after a replay, and judges every recorded deletion (DELETED_PINNED)."""
 
 from __future__ import annotations
 
+import json
 import random
 
 from streams.codec import Codec
@@ -240,3 +241,59 @@ def test_a_deletion_is_in_the_hash_chain_with_the_documented_bytes():
     for d in chained[:2] + [tampered]:
         lin2.apply(parse_event(d))
     assert "CHAIN_BROKEN" in lin2.state.jobs["A"].halt_reasons
+
+
+def _deletion_log(tmp_path, deleted: list[str]):
+    from streams.testing.simulate import simulate_pipeline
+
+    lines = [{"type": "JobStarted", "job_id": "A", "seq": 0, "incarnation": 0, "ts": 1, "cohort_id": "c",
+              "base_model": "m", "base_checkpoint_id": None, "config_hash": None}]
+    for n in range(1, 7):
+        lines.append({"type": "CheckpointWritten", "job_id": "A", "seq": n, "incarnation": 0, "ts": 10 * n,
+                      "checkpoint_id": f"A-{n}", "step": n, "epoch": 0, "content_hash": f"h{n}", "uri": f"u{n}"})
+    for k, ck in enumerate(deleted):  # in the second batch: after the first tick decided
+        lines.append({"type": "CheckpointDeleted", "job_id": "A", "seq": 7 + k, "incarnation": 0, "ts": 70 + k,
+                      "checkpoint_id": ck})
+    src = tmp_path / "log.jsonl"
+    src.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return simulate_pipeline(str(src), horizon_ms=5)
+
+
+def test_the_audit_re_derives_every_notice_and_names_a_deletion_of_a_pinned_checkpoint(tmp_path):
+    from streams.audit.run import audit
+
+    ok = audit(_deletion_log(tmp_path, ["A-1", "A-2"]))  # superseded when the first tick decided
+    assert ok.passed, [f.line() for c in ok.checks for f in c.failures]
+    dele = next(c for c in ok.checks if c.name == "deletions")
+    assert dele.checked == 2 and not dele.failures
+    notices = [r for r in ok.recomputed["control"] if r[1] == "RetentionNotice"]
+    assert notices  # recomputed, and held equal to the topic's (the commands check passed)
+
+    bad = audit(_deletion_log(tmp_path, ["A-1", "A-6"]))  # A-6: the latest, pinned
+    dele = next(c for c in bad.checks if c.name == "deletions")
+    assert not bad.passed and len(dele.failures) == 1
+    f = dele.failures[0]
+    assert f.job_id == "A" and f.found == "A-6" and "not marked deletable" in f.what
+
+
+def test_a_tampered_notice_fails_the_commands_check(tmp_path):
+    from streams.audit.run import audit
+    from streams.codec import Codec
+    from streams.files.archive import LogRecord
+
+    log = _deletion_log(tmp_path, [])
+    codec = Codec()
+    recs = log.records["control"]
+    for i, r in enumerate(recs):
+        name, value = codec.decode_record(r.value)
+        if name == "RetentionNotice" and value["deletable"]:
+            value = {**value, "deletable": value["deletable"] + [{"checkpoint_id": "A-6", "reason": "superseded",
+                                                                  "by": "A-7"}]}
+            recs[i] = LogRecord(r.topic, r.partition, r.offset, r.timestamp, r.key,
+                                codec.encode_record(name, value))
+            break
+    else:
+        raise AssertionError("no notice with something deletable")
+    report = audit(log)
+    cmds = next(c for c in report.checks if c.name == "commands")
+    assert not report.passed and any("RetentionNotice" in f.what for f in cmds.failures)
