@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from streams.control.commands import PLAN_RECORDS, ControlCommand, command_from_record
+from streams.control.commands import PLAN_RECORDS, RETENTION_RECORD, ControlCommand, command_from_record
 
 __all__ = ["PLAN_RECORDS", "ControlState", "JobControl", "fold_control"]
 
@@ -121,6 +121,9 @@ class ControlState:
     #: reason, detail, partition, offset)
     signatures_checked: bool = False
     unverified: list[dict[str, Any]] = field(default_factory=list)
+    #: the ids of the RetentionNotices on the topic (no command, but published: a recovering
+    #: worker must not publish them again)
+    notice_ids: set[str] = field(default_factory=set)
 
     def add(self, name: str, record: Mapping[str, Any]) -> None:
         try:
@@ -131,6 +134,8 @@ class ControlState:
         self.records += 1
         if cmd is None:
             self.ignored += 1
+            if name == RETENTION_RECORD and isinstance(record.get("command_id"), str):
+                self.notice_ids.add(record["command_id"])
             return
         self.jobs.setdefault(cmd.job_id, JobControl()).add(cmd)
 
@@ -158,8 +163,8 @@ class ControlState:
 
     @property
     def command_ids(self) -> set[str]:
-        """Every command id on the topic, or superseded by one there."""
-        return set().union(*(job.command_ids for job in self.jobs.values()))
+        """Every command id on the topic (a RetentionNotice's too), or superseded by one there."""
+        return set(self.notice_ids).union(*(job.command_ids for job in self.jobs.values()))
 
     @property
     def last_plans(self) -> dict[str, tuple[str, str]]:

@@ -297,3 +297,29 @@ def test_a_tampered_notice_fails_the_commands_check(tmp_path):
     report = audit(log)
     cmds = next(c for c in report.checks if c.name == "commands")
     assert not report.passed and any("RetentionNotice" in f.what for f in cmds.failures)
+
+
+def test_a_recovering_worker_counts_the_notices_on_the_topic_as_published():
+    from streams.control.fold import ControlState
+
+    state = ControlState()
+    state.add("RetentionNotice", {"command_id": "n1", "job_id": "A", "version": 1, "deletable": [], "kept": []})
+    assert state.command_ids == {"n1"} and state.plans == {} and state.ignored == 1
+
+
+def test_the_worker_settings_of_retention():
+    import pytest
+
+    from streams.worker.settings import WorkerSettings, parse_cohort_horizons
+
+    assert parse_cohort_horizons("a=60, b=none,,c=0.5") == {"a": 60_000, "b": None, "c": 500}
+    for bad in ("a", "=5", "a=x", "a=-1"):
+        with pytest.raises(ValueError):
+            parse_cohort_horizons(bad)
+    s = WorkerSettings.from_env({"TRAINTRACE_SETTLE_HORIZON": "600", "TRAINTRACE_COHORT_SETTLE_HORIZONS": "fast=30,keep=none",
+                                 "TRAINTRACE_RETENTION_INTERVAL": "2"}, default_bootstrap="x:9")
+    assert s.horizon_of("other") == 600_000 and s.horizon_of("fast") == 30_000 and s.horizon_of("keep") is None
+    assert s.retention_on and s.retention_interval_s == 2.0
+    assert not WorkerSettings.from_env({}, default_bootstrap="x:9").retention_on
+    with pytest.raises(ValueError, match="TRAINTRACE_COHORT_SETTLE_HORIZONS"):
+        WorkerSettings.from_env({"TRAINTRACE_COHORT_SETTLE_HORIZONS": "oops"}, default_bootstrap="x:9")
