@@ -29,10 +29,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from streams.core.decide import Lineage  # noqa: E402
 from streams.core.events import parse_event  # noqa: E402
 from streams.referee.referee import Referee  # noqa: E402
 from streams.testing.cohort import generate_cohorts  # noqa: E402
+from streams.testing.horizon import kept_horizon  # noqa: E402
 
 
 def population(trials: int, steps: int, ckpt_every: int, late: int, seed: int) -> list[dict]:
@@ -43,31 +43,6 @@ def population(trials: int, steps: int, ckpt_every: int, late: int, seed: int) -
         if d["type"] == "DivergenceReported":
             d["onset_step"] = max(ckpt_every, d["onset_step"] - rng.randint(0, late))
     return raw
-
-
-def kept_horizon(events) -> int:
-    """The smallest settle horizon the log keeps, plus one (ms of event time)."""
-    lin = Lineage()
-    w = None
-    worst = 0
-    steps: dict[tuple[str, int], list[tuple[int, int]]] = {}
-    onsets: dict[tuple[str, int], int] = {}
-    for e in events:
-        if w is not None:
-            worst = max(worst, w - e.ts)
-        step = getattr(e, "step", None)
-        if step is not None:
-            steps.setdefault((e.job_id, e.incarnation), []).append((step, e.ts))
-        lin.apply(e)
-        w = e.ts if w is None else max(w, e.ts)
-        for key, inc in lin.state.diverged.items():
-            if inc.onset is None or onsets.get(key, inc.onset + 1) <= inc.onset:
-                continue
-            onsets[key] = inc.onset
-            first = [ts for s, ts in steps.get(key, []) if s >= inc.onset]
-            if first:
-                worst = max(worst, w - min(first))
-    return worst + 1
 
 
 def run(raw: list[dict], horizon: int, tick: int, samples: int) -> dict:

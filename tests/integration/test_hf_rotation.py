@@ -42,6 +42,26 @@ STEPS = 12
 WAIT = 90.0
 
 
+def source_job(run, tmp_path):
+    """S: a plain job client, and the folder of its checkpoint S-4 (a real Trainer-format folder
+    of the same model), not recorded yet."""
+    source = run.client("S", base_model="gpt2", on_rollback=lambda cmd: None)
+    source.start()
+    s4 = tmp_path / "S" / "checkpoint-4"
+    tiny_gpt2(9).save_pretrained(s4)
+    return source, s4
+
+
+def until(pred, client, what: str, then=None) -> None:
+    """Poll ``client`` (and call ``then``) until ``pred()``; fail after WAIT s."""
+    deadline = time.monotonic() + WAIT
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out: {what} ({client.retention})"
+        client.poll(timeout=0.2)
+        if then is not None:
+            then()
+
+
 class Accuracy:
     """``compute_metrics``: the first evaluation is the best (0.9), the later ones lower."""
 
@@ -65,10 +85,7 @@ class Story(transformers.TrainerCallback):
             return
         if state.global_step == 7:  # the horizon passes: C-4 is superseded by the settled C-6
             client = self.cb.client
-            deadline = time.monotonic() + WAIT
-            while "C-4" not in client.deletable_checkpoints():
-                assert time.monotonic() < deadline, f"C-4 never deletable: {client.retention}"
-                client.poll(timeout=0.2)
+            until(lambda: "C-4" in client.deletable_checkpoints(), client, "C-4 deletable")
         if state.global_step == 5:
             consume(self.cb, "S-4", self.s4, 5, "PBT_EXPLOIT")
         if state.global_step == 8:
@@ -83,11 +100,7 @@ class Story(transformers.TrainerCallback):
 def test_hf_trainer_as_users_configure_it_restores_what_rotation_left(lineage_cohort, tmp_path):
     torch.set_num_threads(1)
     run = lineage_cohort(extra_args=["--settle-horizon", "1", "--retention-interval", "0.2"])
-    # S: a plain job client whose checkpoint S-4 is a real Trainer-format folder of the same model
-    source = run.client("S", base_model="gpt2", on_rollback=lambda cmd: None)
-    source.start()
-    s4 = tmp_path / "S" / "checkpoint-4"
-    tiny_gpt2(9).save_pretrained(s4)
+    source, s4 = source_job(run, tmp_path)
     source.progress(4, 0, 2.0)
     source.checkpoint_written("S-4", s4, 4, 0)
 
@@ -147,12 +160,8 @@ class KeptStory(transformers.TrainerCallback):
         if self.cb.client.incarnation:
             return
         client = self.cb.client
-        if state.global_step == 7:
-            deadline = time.monotonic() + WAIT
-            while "C-2" not in self.cb.pruned:  # C-4 settles and supersedes C-2; rotation deletes it
-                assert time.monotonic() < deadline, f"C-2 never deleted: {client.retention}"
-                client.poll(timeout=0.2)
-                self.cb.prune()
+        if state.global_step == 7:  # C-4 settles and supersedes C-2; rotation deletes it
+            until(lambda: "C-2" in self.cb.pruned, client, "C-2 deleted", then=self.cb.prune)
             self.source.progress(4, 0, 2.0)
             self.source.checkpoint_written("S-4", self.s4, 4, 0)
             assert self.source.flush(30) == 0
@@ -168,10 +177,7 @@ class KeptStory(transformers.TrainerCallback):
 def test_hf_rotation_through_the_referee_keeps_the_rollback_target(lineage_cohort, tmp_path):
     torch.set_num_threads(1)
     run = lineage_cohort(extra_args=["--settle-horizon", "2", "--retention-interval", "0.2"])
-    source = run.client("S", base_model="gpt2", on_rollback=lambda cmd: None)
-    source.start()
-    s4 = tmp_path / "S" / "checkpoint-4"
-    tiny_gpt2(9).save_pretrained(s4)
+    source, s4 = source_job(run, tmp_path)
     model = tiny_gpt2(3)
     cb = TraintraceCallback(run.client("C", base_model=base_model_of(model)), halt_wait=30)
     args = transformers.TrainingArguments(

@@ -16,6 +16,7 @@ from streams.core.events import parse_event
 from streams.core.retention import (BASE, LATEST, NEEDED, NOT_SETTLED, SUPERSEDED, TAINTED, deletable,
                                     job_retention, retention)
 from streams.testing.cohort import generate_cohorts, interleave_cohorts
+from streams.testing.horizon import kept_horizon
 
 from .vectors import load_lines, vector_names
 
@@ -82,35 +83,6 @@ def test_the_base_of_an_incarnation_without_a_settled_clean_checkpoint_of_its_ow
 
 
 # -- the property: with the horizon kept, no plan targets what was marked deletable -----------------
-
-
-def kept_horizon(events) -> int:
-    """The smallest H the log keeps (plus one): for every event, how far the watermark (the
-    largest ts folded so far) had passed its ts when it was folded; for every divergence, how
-    far it had passed the ts of the incarnation's first event at or after the onset when the
-    onset became known."""
-    lin = Lineage()
-    w = None
-    worst = 0
-    steps: dict[tuple[str, int], list[tuple[int, int]]] = {}
-    onsets: dict[tuple[str, int], int] = {}
-    for e in events:
-        if w is not None:
-            worst = max(worst, w - e.ts)
-        step = getattr(e, "step", None)
-        if step is not None:
-            steps.setdefault((e.job_id, e.incarnation), []).append((step, e.ts))
-        lin.apply(e)
-        w = e.ts if w is None else max(w, e.ts)
-        for key, inc in lin.state.diverged.items():
-            onset = inc.onset
-            if onset is None or onsets.get(key, onset + 1) <= onset:
-                continue
-            onsets[key] = onset
-            first = [ts for s, ts in steps.get(key, []) if s >= onset]
-            if first:
-                worst = max(worst, w - min(first))
-    return worst + 1
 
 
 def check_no_plan_targets_a_deleted_checkpoint(events, points: int, rng: random.Random) -> int:

@@ -183,7 +183,8 @@ def test_deleting_everything_the_notices_allow_changes_no_plan_on_random_cohorts
     found late (up to 300 steps back), the horizon the log keeps, deletions at random points —
     no plan ever targets a deleted checkpoint, no deletion is judged pinned, and the plans in
     force at the end are those of the same run that deleted nothing."""
-    from .test_retention import kept_horizon, late_cohort
+    from .test_retention import late_cohort
+    from streams.testing.horizon import kept_horizon
     from streams.core.events import event_to_dict
 
     seeds = range(12)
@@ -206,7 +207,8 @@ def test_deleting_everything_the_notices_allow_changes_no_plan_on_random_cohorts
 def test_a_horizon_cut_short_deletes_a_target():
     """The live property has teeth: with a quarter of the horizon the logs keep, a plan targets
     a checkpoint already deleted on some cohort."""
-    from .test_retention import kept_horizon, late_cohort
+    from .test_retention import late_cohort
+    from streams.testing.horizon import kept_horizon
     from streams.core.events import event_to_dict
 
     hit = 0
