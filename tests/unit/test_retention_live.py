@@ -115,7 +115,29 @@ def test_the_book_survives_a_snapshot_and_an_old_snapshot_gets_a_fresh_one():
 # -- the live property: deleting everything the notices allow changes no plan ------------------
 
 
-def run_with_deletions(raw, horizon, points, rng, delete=True):
+def substitute_for(ref, job_id, target, deleted):
+    """What the job restores when its plan's target is deleted (streams.integrations.fallback's
+    rule): the newest surviving checkpoint of its current ancestry older than the target, else
+    its base; with whether that is clean now."""
+    from streams.core.project import ancestry
+
+    lin = next(lin for lin in ref.engines.values() if job_id in lin.state.jobs)
+    st = lin.state
+    job = st.jobs[job_id]
+    tck = st.checkpoints[target]
+    older = [c for seg, cut in ancestry(st, job.current) for c in seg.ckpts
+             if c.seq <= cut and c.job_id == job_id and c.seq < tck.seq and c.id not in deleted]
+    if older:
+        c = max(older, key=lambda c: c.seq)
+        return c.id, not c.tainted
+    base = job.base_checkpoint_id
+    if base is None:
+        return "pretrained", True
+    b = st.checkpoints.get(base)
+    return base, b is not None and not b.tainted and base not in deleted
+
+
+def run_with_deletions(raw, horizon, points, rng, delete=True, substitutes=None):
     """Fold the generated events (dicts) through a Referee; at ``points`` random positions a
     clock tick with the horizon (the watermark: the largest ts so far), and — with ``delete`` —
     each job at once records a ``CheckpointDeleted`` for everything its notice lists as
@@ -139,6 +161,12 @@ def run_with_deletions(raw, horizon, points, rng, delete=True):
         for em in out:
             if em.record == "RollbackCommand" and em.value.get("target_checkpoint_id"):
                 targets.append((em.value["job_id"], em.value["target_checkpoint_id"]))
+                if substitutes is not None:  # the horizon broken on purpose: what the job restores
+                    if em.value["target_checkpoint_id"] in deleted:
+                        substitutes.append((em.value["job_id"], em.value["target_checkpoint_id"],
+                                            *substitute_for(ref, em.value["job_id"],
+                                                            em.value["target_checkpoint_id"], deleted)))
+                    continue
                 assert em.value["target_checkpoint_id"] not in deleted, \
                     f"{em.value['job_id']}'s plan targets {em.value['target_checkpoint_id']}, deleted (H={horizon})"
             elif em.topic == "alerts" and em.value["kind"] == "DELETED_PINNED":
@@ -325,3 +353,22 @@ def test_the_worker_settings_of_retention():
     assert not WorkerSettings.from_env({}, default_bootstrap="x:9").retention_on
     with pytest.raises(ValueError, match="TRAINTRACE_COHORT_SETTLE_HORIZONS"):
         WorkerSettings.from_env({"TRAINTRACE_COHORT_SETTLE_HORIZONS": "oops"}, default_bootstrap="x:9")
+
+
+def test_with_the_horizon_broken_every_job_still_restores_something_clean():
+    """A quarter of the horizon the logs keep: some plans target deleted checkpoints; for each,
+    the job's fallback (the newest surviving checkpoint of its ancestry older than the target, or
+    its base) is clean, and no deletion it made was of a pinned checkpoint."""
+    from .test_retention import late_cohort
+    from streams.core.events import event_to_dict
+    from streams.testing.horizon import kept_horizon
+
+    subs: list = []
+    for seed in range(24):
+        events = late_cohort(seed)
+        _plans, _t, _d, pinned, _n = run_with_deletions([event_to_dict(e) for e in events], kept_horizon(events) // 4,
+                                                       80, random.Random(seed), substitutes=subs)
+        assert not pinned
+    assert subs, "the broken horizon deleted no target: the test is vacuous"
+    dirty = [s for s in subs if not s[3]]
+    assert not dirty, dirty[:5]
