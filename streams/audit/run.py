@@ -1,7 +1,7 @@
 """``traintrace audit``: check a log without trusting the system that wrote it (SPEC §9).
 
 The audit reads an :class:`~streams.audit.log.AuditLog` (the topics, or an archive of
-them) and runs five checks, each with its own verdict:
+them) and runs its checks, each with its own verdict:
 
 ``chains``       every job's events on ``lineage.events``: seq 0, 1, 2, … with no gap, no
                  conflicting duplicate (identical redeliveries are fine), every ``hash`` recomputed
@@ -22,6 +22,10 @@ them) and runs five checks, each with its own verdict:
                  every one must carry a valid Ed25519 signature by a trusted key. Without one,
                  no signature is verified, and the verdict line (``Check.summary``) says so:
                  how many records are signed and unsigned, none counted as verified.
+``snapshots``    every fold snapshot recomputes at the input it covers (signatures as above).
+``deletions``    every ``CheckpointDeleted`` (SPEC §13) was of a checkpoint a RetentionNotice had
+                 marked deletable before it (the replay's own judgement: ``DELETED_PINNED``).
+                 The notices themselves are control records: ``commands`` re-derives them.
 
 What the processor decides on its own clock is checked for justification instead of equality:
 an ``UNTRACEABLE_SOURCE`` halt (issued after a grace period) must name a job that consumed a

@@ -141,7 +141,7 @@ def test_the_demo_log_is_audited_and_drawn(warn_run) -> None:
     assert au["error"] is None, au["error"]
     assert au["passed"] and au["verdict"] == "PASS", au
     checks = {c["name"]: c for c in au["checks"]}
-    assert set(checks) == {"chains", "input", "commands", "manifests", "commitments", "snapshots"}
+    assert set(checks) == {"chains", "input", "commands", "manifests", "commitments", "snapshots", "deletions"}
     # (the snapshots check is skipped when the run ended before the workers' first round)
     assert all((c["verdict"] == "PASS" or (n == "snapshots" and c["verdict"] == "SKIPPED")) and c["failed"] == 0
                for n, c in checks.items()), checks
