@@ -131,3 +131,73 @@ def test_boring_model_with_the_users_model_checkpoint_and_rotation(lineage_cohor
     assert mine[-1]["type"] == "JobFinished" and mine[-1]["status"] == "SUCCEEDED"
     assert run.plans()["plans"] == []
     run.assert_audits_clean(Config(spike_factor=50.0))
+
+
+def test_save_top_k_through_the_referee_keeps_the_rollback_target(lineage_cohort, tmp_path):
+    """``LineageCheckpoint(save_top_k=2)`` with the horizon kept: B rotates (B-4 deleted once
+    B-8 settles), exploits ``S-4`` at step 13 after saving B-12, and S reports its divergence at
+    B's step 14, well within the horizon. B's rotation goes on (B-16, B-20: Lightning drops B-12)
+    but the referee keeps B-12, the target, which B restores with no substitution."""
+    from streams.core.state import Config
+
+    torch.set_num_threads(1)
+    run = lineage_cohort(extra_args=["--spike-factor", "50", "--settle-horizon", "2", "--retention-interval", "0.2"])
+    store = tmp_path / "ckpts"
+    store.mkdir()
+    source = run.client("S", base_model="boring", on_rollback=lambda cmd: None)
+    source.start()
+    lineage = TraintraceCallback(run.client("B", base_model="boring"), store, halt_wait=30)
+    seen = {}
+
+    def story(module, step):
+        if lineage.client.incarnation:
+            return
+        if step == 13 and "exploit" not in seen:
+            deadline = time.monotonic() + WAIT
+            while "B-4" not in lineage.pruned:
+                assert time.monotonic() < deadline, f"B-4 never deleted: {lineage.client.retention}"
+                lineage.control(timeout=0.2)
+                lineage.rotate()
+            torch.manual_seed(9)
+            torch.save({"state_dict": BoringModel().state_dict(), "global_step": 4}, store / "S-4.pt")
+            source.progress(4, 0, 1.0)
+            source.checkpoint_written("S-4", store / "S-4.pt", 4, 0)
+            assert source.flush(30) == 0
+            run.wait_status("S-4", "clean")
+            seen["exploit"] = lineage.consume("S-4", "PBT_EXPLOIT")
+        if step == 14 and "report" not in seen:
+            seen["report"] = True
+            source.diverged(3, "detector", "loss spike")  # within the horizon of S's step 4
+            assert source.flush(30) == 0
+        if step == 18 and "command" not in seen:
+            seen["command"] = True
+            assert lineage.wait_for_command(WAIT), "no command for B"
+            module.trainer.should_stop = True
+
+    def make():
+        return pl.Trainer(max_steps=STEPS, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                          enable_model_summary=False, limit_val_batches=0, default_root_dir=str(tmp_path),
+                          callbacks=[lineage, LineageCheckpoint(lineage, every_n_train_steps=4, save_top_k=2)])
+
+    torch.manual_seed(2)
+    model = Scored()
+    model.story = story
+    trainer = fit_under_control(make, model, lineage, command_wait=WAIT)
+    source.poll(5)
+    source.finished("FAILED")
+    run.settle(grace_s=1)
+
+    assert run.rollbacks()["B"] == ("ROLLBACK", "B-12")
+    assert lineage.restores[0][:2] == ("B-12", 12) and lineage.errors == 0, (lineage.restores, lineage.outcomes)
+    assert "B-4" in lineage.pruned and "B-12" not in lineage.pruned
+    assert trainer.global_step == STEPS
+    events = run.events()
+    deleted = [e["checkpoint_id"] for e in events if e["type"] == "CheckpointDeleted" and e["job_id"] == "B"]
+    written = [e["checkpoint_id"] for e in events if e["type"] == "CheckpointWritten" and e["job_id"] == "B"]
+    print(f"\nretention (Lightning, save_top_k=2, H=2s): {len(written)} checkpoint(s) written, {len(deleted)} deleted, "
+          f"{len(list(store.glob('B-*.pt')))} on disk at the end")
+    from streams.testing.invariants import alert_records
+
+    kinds = [a["kind"] for a in alert_records(run.bootstrap, run.topics)]
+    assert "DELETED_PINNED" not in kinds and "RESTORE_SUBSTITUTED" not in kinds, kinds
+    run.assert_audits_clean(Config(spike_factor=50.0))
