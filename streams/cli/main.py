@@ -22,6 +22,7 @@ from streams.cli import extras
 # command name -> (module, attribute)
 _COMMANDS: dict[str, tuple[str, str]] = {
     "acl": ("streams.cli.acl", "acl"),
+    "alerts": ("streams.cli.alerts", "alerts"),
     "analyze": ("streams.cli.analyze", "analyze"),
     "audit": ("streams.cli.audit", "audit"),
     "broker": ("streams.cli.broker", "broker"),

@@ -28,6 +28,7 @@ RANKS: dict[str, int] = {
     "worker": 4,        # the Faust worker
     "audit": 4,         # the log an auditor reads, the audit, proofs, export, as-of
     "operator_commands": 4,  # the human operators: publish, plans, release, alerts
+    "alerting": 4,      # the referee's alerts to an Alertmanager: mapping, book (pure), the forwarder
     "client": 4,        # the job client
     "integrations": 5,  # the job client inside PyTorch, HF Trainer, Lightning, Ray Tune
     "report": 5,        # the incident report (HTML/SVG/PNG)
