@@ -6,7 +6,9 @@ auditor principals exactly what :mod:`streams.kafka.acls` says, for the cluster'
 default (``--dry-run``): the table is what a cluster admin reviews, or feeds to their own
 tooling with ``--json``. ``--apply`` creates them with the admin API, connecting as configured
 by ``--bootstrap``/``--kafka-config`` (a principal allowed to ALTER the cluster); creating an ACL
-that exists is a no-op, so running it again is safe.
+that exists is a no-op, so running it again is safe. ``--strimzi CLUSTER`` prints the topics and
+the roles' users with their ACLs as Strimzi ``KafkaTopic``/``KafkaUser`` resources instead, from
+the same tables (:mod:`streams.kafka.strimzi`).
 """
 
 from __future__ import annotations
@@ -60,9 +62,16 @@ def _print_table(table: list[dict[str, str]]) -> None:
 @click.option("--dry-run/--apply", "dry_run", default=True, show_default=True,
               help="Print the ACLs (default), or create them on the cluster with the admin API.")
 @click.option("--json", "as_json", is_flag=True, help="Print the ACLs as JSON (a list of objects).")
+@click.option("--strimzi", "strimzi_cluster", default=None, metavar="CLUSTER",
+              help="Print the topics and the roles' users and ACLs as Strimzi KafkaTopic / KafkaUser resources "
+                   "for the Kafka cluster CLUSTER (a YAML stream, one JSON document each: kubectl apply -f -).")
+@click.option("--partitions", type=click.IntRange(min=1), default=8, show_default=True,
+              help="With --strimzi: partitions of the main topics (as the workers' --partitions).")
+@click.option("--replicas", type=click.IntRange(min=1), default=3, show_default=True,
+              help="With --strimzi: the topics' replication factor (min.insync.replicas 2 when >1).")
 def acl(bootstrap: str | None, kafka_config: str | None, topic_prefix: str | None, trainer_user: str,
         processor_user: str, operator_user: str, auditor_user: str, app_id: str, dry_run: bool,
-        as_json: bool) -> None:
+        as_json: bool, strimzi_cluster: str | None = None, partitions: int = 8, replicas: int = 3) -> None:
     """The least-privilege ACLs of the trainer (job client), processor (workers), operator
     (release, plans, watch) and auditor (read only) for these topic names; ALLOW from any host,
     everything else denied (allow.everyone.if.no.acl.found=false). See docs/security.md.
@@ -75,6 +84,15 @@ def acl(bootstrap: str | None, kafka_config: str | None, topic_prefix: str | Non
     roles = {"trainer": principal(trainer_user), "processor": principal(processor_user),
              "operator": principal(operator_user), "auditor": principal(auditor_user)}
     topics = topics_for(topic_prefix)
+    if strimzi_cluster is not None:
+        from streams.kafka.strimzi import strimzi_resources
+
+        users = {"trainer": trainer_user, "processor": processor_user, "operator": operator_user,
+                 "auditor": auditor_user}
+        docs = strimzi_resources(topics, strimzi_cluster, partitions, replicas, app_id,
+                                 {r: u.split(":", 1)[-1] for r, u in users.items()})
+        click.echo("\n".join("---\n" + json.dumps(d, indent=2) for d in docs))
+        return
     table: list[dict[str, str]] = []
     bindings = []
     with operator_errors():
