@@ -68,12 +68,23 @@ def tiny_gpt2(seed: int):
     return transformers.GPT2LMHeadModel(cfg)
 
 
+#: transformers loads a checkpoint's RNG state inside ``torch.serialization.safe_globals``, a
+#: process-wide allow-list it sets on entry and restores on exit: two Trainers of one process
+#: resuming at once (this test runs three in threads) can restore it under each other, and the
+#: load fails ("Weights only load failed ... numpy ... _reconstruct"; CI saw it). One at a time.
+_RNG_STATE = threading.Lock()
+
+
 class RecordingTrainer(transformers.Trainer):
     """A Trainer that remembers every ``resume_from_checkpoint`` it was given."""
 
     def train(self, resume_from_checkpoint=None, **kw):
         self.resumes.append(resume_from_checkpoint)
         return super().train(resume_from_checkpoint=resume_from_checkpoint, **kw)
+
+    def _load_rng_state(self, checkpoint):
+        with _RNG_STATE:
+            return super()._load_rng_state(checkpoint)
 
 
 class Story(transformers.TrainerCallback):
@@ -154,7 +165,8 @@ def test_hf_trainer_cohort_rollback_through_resume_from_checkpoint(lineage_cohor
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             errors[name] = exc
             for ev in shared.values():
-                ev.set()  # let the others fail fast instead of waiting
+                if isinstance(ev, threading.Event):
+                    ev.set()  # let the others fail fast instead of waiting
 
     threads = [threading.Thread(target=train, args=(n,), name=f"trainee-{n}", daemon=True) for n in jobs]
     for t in threads:

@@ -12,10 +12,11 @@ own process (``ray_example_driver.py``) with ``PopulationBasedTraining`` swapped
   Ray's own ``pbt_global.txt`` is a ``PBT_EXPLOIT`` event of the same (target, source) trials;
   the log audits clean; ``Tuner.fit()`` returns;
 - a NaN injected into one trial's ``mean_accuracy`` at iteration 6, after another trial exploited
-  its iteration-5 checkpoint (a taint margin of 1 taints it): the diverged trial and exactly the
-  trials that exploited its tainted checkpoint are rolled back, and the run finishes. The worker
-  runs with a settle horizon (SPEC §13), so the example's own ``num_to_keep=2`` rotates through
-  the referee: checkpoints are deleted as they become deletable, none a plan targets.
+  its iteration-5 checkpoint (a taint margin of 1 taints it; Ray draws when it exploits, so the
+  example runs up to five times until it did): the diverged trial and exactly the
+  trials that exploited its tainted checkpoint are rolled back, and the run finishes. (Rotation
+  through the referee, SPEC §13, is ``test_ray.py``'s: this smoke test writes two checkpoints a
+  trial, too few to rotate.)
 """
 
 from __future__ import annotations
@@ -130,8 +131,8 @@ def test_rays_own_example_with_a_nan_rolls_back_the_trial_and_its_exploiters(lin
     from streams.core.state import Config
 
     run, report = run_with_exploits(lineage_cohort, tmp_path, "pbt_function",
-                                    ["--taint-margin", "1", "--settle-horizon", "1", "--retention-interval", "0.2"],
-                                    nan_at=6)
+                                    ["--taint-margin", "1"],
+                                    nan_at=6, tries=5)
     run.settle(grace_s=1)
     events = run.events()
     bad = report["injected"]
@@ -146,7 +147,7 @@ def test_rays_own_example_with_a_nan_rolls_back_the_trial_and_its_exploiters(lin
     for j in [bad, *exploiters]:
         mine = [e for e in events if e["job_id"] == j]
         rb = [e for e in mine if e["type"] == "RolledBack"]
-        assert rb, (j, [e["type"] for e in mine])
+        assert rb, "no RolledBack: " + json.dumps({"job": j, "events": [(e["type"], e.get("step"), e.get("checkpoint_id") or e.get("source_checkpoint_id")) for e in mine], "report": report["jobs"][j], "plan": live.get(j)})
         assert report["jobs"][j]["restores"], report["jobs"][j]
         # what it restored is what it says it restored, and it is clean
         restored = rb[0]["restored_checkpoint_id"]
@@ -156,13 +157,4 @@ def test_rays_own_example_with_a_nan_rolls_back_the_trial_and_its_exploiters(lin
     assert plans["plans"] == [] and plans["halts"] == [], plans  # every plan acknowledged
     finished = {e["job_id"] for e in events if e["type"] == "JobFinished"}
     assert finished == set(report["jobs"])
-    # retention: the rotation deleted through the referee, never a plan's target
-    deleted = {e["checkpoint_id"] for e in events if e["type"] == "CheckpointDeleted"}
-    written = [e for e in events if e["type"] == "CheckpointWritten"]
-    assert not {t for _a, t in live.values() if t} & deleted, (live, sorted(deleted))
-    from streams.testing.invariants import alert_records
-
-    assert "DELETED_PINNED" not in {a["kind"] for a in alert_records(run.bootstrap, run.topics)}
-    print(f"\nretention (Ray pbt_function, num_to_keep=2, H=1s): {len(written)} checkpoint(s) written, "
-          f"{len(deleted)} deleted by the rotation")
     run.assert_audits_clean(Config(taint_margin=1))
