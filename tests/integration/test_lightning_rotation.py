@@ -54,6 +54,23 @@ class Scored(BoringModel):
         return out
 
 
+def record_s4(store, source) -> None:
+    """S's checkpoint S-4: a BoringModel's weights in Lightning's format, written and recorded."""
+    torch.manual_seed(9)
+    torch.save({"state_dict": BoringModel().state_dict(), "global_step": 4}, store / "S-4.pt")
+    source.progress(4, 0, 1.0)
+    source.checkpoint_written("S-4", store / "S-4.pt", 4, 0)
+
+
+def wait_pruned(lineage, checkpoint_id: str) -> None:
+    """Obey and rotate until the rotation deleted ``checkpoint_id`` (the referee allowed it)."""
+    deadline = time.monotonic() + WAIT
+    while checkpoint_id not in lineage.pruned:
+        assert time.monotonic() < deadline, f"{checkpoint_id} never deleted: {lineage.client.retention}"
+        lineage.control(timeout=0.2)
+        lineage.rotate()
+
+
 def test_boring_model_with_the_users_model_checkpoint_and_rotation(lineage_cohort, tmp_path):
     from streams.core.state import Config
 
@@ -65,10 +82,7 @@ def test_boring_model_with_the_users_model_checkpoint_and_rotation(lineage_cohor
     store.mkdir()
     source = run.client("S", base_model="boring", on_rollback=lambda cmd: None)
     source.start()
-    torch.manual_seed(9)
-    torch.save({"state_dict": BoringModel().state_dict(), "global_step": 4}, store / "S-4.pt")
-    source.progress(4, 0, 1.0)
-    source.checkpoint_written("S-4", store / "S-4.pt", 4, 0)
+    record_s4(store, source)
 
     lineage = TraintraceCallback(run.client("B", base_model="boring"), store, halt_wait=30)
     seen = {}
@@ -79,11 +93,7 @@ def test_boring_model_with_the_users_model_checkpoint_and_rotation(lineage_cohor
         if step == 6 and "exploit" not in seen:
             seen["exploit"] = lineage.consume("S-4", "PBT_EXPLOIT")
         if step == 13 and "report" not in seen:
-            deadline = time.monotonic() + WAIT
-            while "B-4" not in lineage.pruned:  # Lightning dropped it at B-12; the referee allows it once B-8 settles
-                assert time.monotonic() < deadline, f"B-4 never deleted: {lineage.client.retention}"
-                lineage.control(timeout=0.2)
-                lineage.rotate()
+            wait_pruned(lineage, "B-4")  # Lightning dropped it at B-12; the referee allows it once B-8 settles
             seen["report"] = sorted(p.name for p in store.glob("B-*.pt"))
             source.diverged(3, "late-detector", "found by an offline evaluation, after the fact")
             assert source.flush(30) == 0
@@ -153,15 +163,8 @@ def test_save_top_k_through_the_referee_keeps_the_rollback_target(lineage_cohort
         if lineage.client.incarnation:
             return
         if step == 13 and "exploit" not in seen:
-            deadline = time.monotonic() + WAIT
-            while "B-4" not in lineage.pruned:
-                assert time.monotonic() < deadline, f"B-4 never deleted: {lineage.client.retention}"
-                lineage.control(timeout=0.2)
-                lineage.rotate()
-            torch.manual_seed(9)
-            torch.save({"state_dict": BoringModel().state_dict(), "global_step": 4}, store / "S-4.pt")
-            source.progress(4, 0, 1.0)
-            source.checkpoint_written("S-4", store / "S-4.pt", 4, 0)
+            wait_pruned(lineage, "B-4")
+            record_s4(store, source)
             assert source.flush(30) == 0
             run.wait_status("S-4", "clean")
             seen["exploit"] = lineage.consume("S-4", "PBT_EXPLOIT")
