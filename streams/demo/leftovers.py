@@ -56,6 +56,7 @@ def delete_run_topics(kafka: Any, report: dict[str, Any], timeout: float = 30.0)
     the number of topics deleted; best effort (errors are ignored)."""
     prefix, app_id = report["topics"]["prefix"], report["app_id"]
     roles = DemoKafka.of(kafka)
+    names: list[str] = []
     try:
         admin = roles.admin.admin()
         names = [t for t in admin.list_topics(timeout=timeout).topics
@@ -64,11 +65,17 @@ def delete_run_topics(kafka: Any, report: dict[str, Any], timeout: float = 30.0)
             _settle(admin.delete_topics(names, operation_timeout=timeout))
         # a group that never committed does not exist: its error is ignored too
         _settle(admin.delete_consumer_groups([app_id, f"{app_id}-published"], request_timeout=timeout))
-        roles.revoke(prefix, timeout)  # the secure demo's grants on the run's topics
-        return len(names)
     except Exception as exc:
         log.warning("could not delete the demo's topics (%s*): %s", prefix, exc)
-        return 0
+    # the secure demo's grants on the run's topics: revoked even when deleting a topic failed
+    # (a loaded broker timing out must not leave a run's ACLs behind), and tried twice
+    for attempt in range(2):
+        try:
+            roles.revoke(prefix, timeout)
+            break
+        except Exception as exc:
+            log.warning("could not revoke the demo's ACLs (%s*, try %d): %s", prefix, attempt + 1, exc)
+    return len(names)
 
 
 def _settle(futures: dict[Any, Any]) -> None:
