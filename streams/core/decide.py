@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from streams.core.commitment import event_leaf
-from streams.core.events import Event
+from streams.core.events import (CheckpointConsumed, CheckpointDeleted, CheckpointWritten, DivergenceReported, Event,
+                                 JobStarted, RolledBack)
 from streams.core.ids import hash_parts
 from streams.core.merkle import CompactRange
 from streams.core.seals import HELD, SealGate
@@ -92,9 +93,9 @@ class AlertRaised:
 
 Decision = CheckpointTainted | PlanChanged | HaltIssued | IncidentChanged | AlertRaised | RetentionChanged
 
-#: the events that bear on retention (every other is Progress: it changes no checkpoint's status)
-_RETENTION_EVENTS = ("JobStarted", "CheckpointWritten", "RolledBack", "CheckpointDeleted", "CheckpointConsumed",
-                     "DivergenceReported")
+#: the events that bear on retention (Progress and JobFinished change no checkpoint's status)
+_RETENTION_EVENTS = frozenset({JobStarted, CheckpointWritten, RolledBack, CheckpointDeleted, CheckpointConsumed,
+                               DivergenceReported})
 
 
 def halt_command_id(job_id: str, reason: str) -> str:
@@ -138,9 +139,7 @@ class Lineage:
         if self.seals.passes(event):
             result = self.state.fold(event, now_ms, canonical)
             if result.accepted:
-                self.log.append(event_leaf(event))
-                if type(event).__name__ in _RETENTION_EVENTS:
-                    self.book().dirty = True
+                self._accepted(event)
             return result
         return self._fold_gated(event, now_ms, canonical, ref)
 
@@ -157,9 +156,7 @@ class Lineage:
         for h in adm.fold:
             res = self.state.fold(h.event, now_ms, h.canonical, h.checked)
             if res.accepted:
-                self.log.append(event_leaf(h.event))
-                if type(h.event).__name__ in _RETENTION_EVENTS:
-                    self.book().dirty = True
+                self._accepted(h.event)
             if h.event is event:
                 main = res
             elif res.accepted:
@@ -174,6 +171,12 @@ class Lineage:
         main.released = released
         main.refused = refused
         return main
+
+    def _accepted(self, event: Event) -> None:
+        """An event the state took: a leaf of the fold log; retention may have changed."""
+        self.log.append(event_leaf(event))
+        if type(event) in _RETENTION_EVENTS:
+            self.book().dirty = True
 
     def unsealed(self) -> list[tuple[Any, Event, str, str]]:
         """At the end of an offline log: every event still waiting for a seal, refused."""
