@@ -308,6 +308,8 @@ class LineagePBT(PopulationBasedTraining):
         job = self.jobs.get(trial.trial_id)
         if job is not None and not job.client.is_finished:
             self._record(job, result)
+            if job.keep is not None:  # the last rotation, by what the referee listed so far
+                self._rotate(job)
             self._finish(job, "SUCCEEDED")
         super().on_trial_complete(tune_controller, trial, result)
 

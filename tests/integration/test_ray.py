@@ -221,7 +221,11 @@ def test_num_to_keep_rotates_through_the_referee_and_keeps_the_target(ray_cluste
     deleted = [e["checkpoint_id"] for e in events if e["type"] == "CheckpointDeleted"]
     written = [e["checkpoint_id"] for e in events if e["type"] == "CheckpointWritten"]
     assert f"{p}-7" not in deleted and all(j.keep == 2 for j in pbt.jobs.values())
-    assert len(deleted) >= 4, (deleted, [j.pruned for j in pbt.jobs.values()])
+    # how many go depends on how far the worker's notices trail the trials (a loaded machine: the
+    # healthy trial may end before any of its checkpoints is listed); the rolled-back trial runs
+    # on after the worker folded its divergence, so its older checkpoints are listed by then
+    assert spiked.pruned, (deleted, [j.pruned for j in pbt.jobs.values()])
+    assert sorted(deleted) == sorted(c for j in pbt.jobs.values() for c in j.pruned)
     on_disk = sum(1 for w in pbt.checkpoints.values() if os.path.isdir(w.path))
     print(f"\nretention (Ray, num_to_keep=2, H=1s): {len(written)} checkpoint(s) written, {len(deleted)} deleted, "
           f"{on_disk} on disk at the end")
