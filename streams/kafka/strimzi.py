@@ -73,4 +73,39 @@ def strimzi_resources(topics: TopicNames, cluster: str, partitions: int = 8, rep
     return kafka_topics(topics, cluster, partitions, replicas) + kafka_users(topics, cluster, app_id, users)
 
 
-__all__ = ["OPERATIONS", "k8s_name", "kafka_topics", "kafka_users", "strimzi_resources"]
+#: the app id's place in :func:`chart_tables` (the chart puts ``.Values.appId`` there)
+APP_ID_MARK = "@APP_ID@"
+
+
+def chart_tables() -> dict[str, Any]:
+    """The same tables as data for the Helm chart (``deploy/helm/traintrace/files/tables.json``,
+    written by ``deploy/helm/tables.py``), so its KafkaTopic / KafkaUser templates render what
+    :func:`strimzi_resources` returns for the same cluster, partitions, replicas, prefix and app
+    id. Each topic: its field of :class:`TopicNames`, its default name, the divisor of the
+    partition count it gets (1: all, 2: half) and its config (retention kept forever: the
+    chart's ``retentionMs`` replaces it). Each role: its ACLs grouped as :func:`kafka_users`
+    groups them, a topic named by its default name (the chart prefixes it), the app id as
+    :data:`APP_ID_MARK`."""
+    names = TopicNames()
+    field_of = {name: field for field, name in names.all().items()}
+    probe = 1 << 10
+    topics = []
+    for name, parts, config in standard_topics(names, probe, retention_ms=-1):
+        if probe % parts:
+            raise ValueError(f"topic {name}: {parts} of {probe} partitions is no divisor the chart can render")
+        topics.append({"key": field_of[name], "name": name, "divisor": probe // parts, "config": dict(config or {})})
+    roles: dict[str, list[dict[str, Any]]] = {}
+    for role, grants in role_grants(APP_ID_MARK).items():
+        by_resource: "OrderedDict[str, tuple[dict[str, Any], list[str]]]" = OrderedDict()
+        for g in grants:
+            res = _resource(g, names)
+            if g.resource == "TOPIC" and g.pattern == "LITERAL":
+                res = {"type": "topic", "topic": res.pop("name"), "patternType": res["patternType"]}
+            key = repr(sorted(res.items()))
+            by_resource.setdefault(key, (res, []))[1].append(OPERATIONS[g.operation])
+        roles[role] = [{"resource": res, "operations": ops} for res, ops in by_resource.values()]
+    return {"api": API, "appIdMark": APP_ID_MARK, "roles": list(ROLES), "topics": topics, "acls": roles}
+
+
+__all__ = ["APP_ID_MARK", "OPERATIONS", "chart_tables", "k8s_name", "kafka_topics", "kafka_users",
+           "strimzi_resources"]
