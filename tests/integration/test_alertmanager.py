@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
-import subprocess
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
+
+from tests.integration.monitoring import alertmanager as run_alertmanager
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(shutil.which("prometheus-alertmanager") is None,
@@ -28,77 +27,10 @@ pytestmark = [pytest.mark.integration,
 WAIT = 90.0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Receiver:
-    """A webhook receiver: every notification Alertmanager posts, with when it came."""
-
-    def __init__(self) -> None:
-        self.got: list[tuple[float, dict]] = []
-        outer = self
-
-        class H(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's name
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                outer.got.append((time.monotonic(), json.loads(body)))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *a):
-                pass
-
-        self.server = HTTPServer(("127.0.0.1", 0), H)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def alerts(self, status: str | None = None) -> list[dict]:
-        return [a for _t, n in self.got for a in n["alerts"] if status is None or a["status"] == status]
-
-    def first(self, pred) -> float | None:
-        for t, n in self.got:
-            if any(pred(a) for a in n["alerts"]):
-                return t
-        return None
-
-
 @pytest.fixture
 def alertmanager(tmp_path):
-    rx = Receiver()
-    port = free_port()
-    cfg = tmp_path / "am.yml"
-    cfg.write_text(f"""
-route:
-  receiver: hook
-  group_by: [alertname, cohort, incident, job]
-  group_wait: 0s
-  group_interval: 1s
-  repeat_interval: 4h
-receivers:
-  - name: hook
-    webhook_configs:
-      - url: http://127.0.0.1:{rx.port}/alerts
-        send_resolved: true
-""")
-    proc = subprocess.Popen(["prometheus-alertmanager", f"--config.file={cfg}", f"--storage.path={tmp_path / 'am'}",
-                             f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
-                            stdout=subprocess.DEVNULL, stderr=(tmp_path / "am.log").open("w"))
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    import urllib.request
-    while True:
-        try:
-            urllib.request.urlopen(url + "/-/ready", timeout=1).read()
-            break
-        except OSError:
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "am.log").read_text()
-            time.sleep(0.2)
-    yield url, rx
-    proc.terminate()
-    proc.wait(10)
+    with run_alertmanager(tmp_path) as am:
+        yield am
 
 
 def test_an_incident_pages_through_alertmanager_and_resolves_when_its_plans_end(lineage_cohort, alertmanager, tmp_path):
