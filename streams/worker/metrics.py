@@ -27,6 +27,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4 as CONTENT_TYP
 
 from streams.codec.errors import DECODE_REASONS
 from streams.core.state import HALT_REASONS
+from streams.signing.message import BAD_SIGNATURE, MALFORMED, UNKNOWN_KEY, UNSIGNED, WRONG_ROLE
 
 # before any metric is created: no ``<name>_created`` series (the process start time is in
 # process_start_time_seconds)
@@ -112,6 +113,8 @@ CONTROL_FORGED = Counter("traintrace_control_forged_total",
                          "Records of lineage.control that did not verify under the trusted keyring (the "
                          "control sentinel raised a CONTROL_FORGED alert for each), by reason",
                          ["reason"], registry=REGISTRY)
+for _reason in (UNSIGNED, UNKNOWN_KEY, WRONG_ROLE, BAD_SIGNATURE, MALFORMED, "undecodable"):
+    CONTROL_FORGED.labels(_reason)  # exported as 0 from the start (a panel or rule sees the series)
 TIMER_FAILURES = Counter("traintrace_timer_rounds_failed_total",
                          "Rounds of the worker's timers that failed and were skipped (the next round tries "
                          "again; retriable broker errors past their deadline, mostly)", ["timer", "error"],
