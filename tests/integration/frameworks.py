@@ -14,8 +14,12 @@ clients on it, and the end checks (the referee's plans, the audit of the whole l
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,6 +136,18 @@ class CohortRun:
             except Exception:  # noqa: BLE001 - closing what a failed test left
                 pass
         self.worker.kill()
+
+
+@contextlib.contextmanager
+def exclusive(name: str) -> Iterator[None]:
+    """Hold a lock shared by every pytest process of this machine (``scripts/test`` runs several):
+    the Ray tests take it, so no two Ray clusters train on the same two cores at once."""
+    with open(Path(tempfile.gettempdir()) / f"traintrace-tests-{name}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 @pytest.fixture

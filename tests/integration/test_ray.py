@@ -34,6 +34,7 @@ ray = pytest.importorskip("ray")
 tune = pytest.importorskip("ray.tune")
 
 from streams.integrations.ray_tune import LineagePBT  # noqa: E402
+from tests.integration.frameworks import exclusive  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -114,9 +115,10 @@ def ray_cluster():
     from ray import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
+    with exclusive("ray"):
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        yield
+        ray.shutdown()
 
 
 def run_pbt(run, tmp_path, name: str, param_space: dict, perturbation_interval: int,

@@ -38,6 +38,16 @@ DRIVER = Path(__file__).with_name("ray_example_driver.py")
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_ray_at_a_time():
+    """The examples' Ray clusters and test_ray.py's never train at once (scripts/test runs
+    several pytest processes on the machine's two cores)."""
+    from tests.integration.frameworks import exclusive
+
+    with exclusive("ray"):
+        yield
+
+
 def run_example(run, tmp_path: Path, example: str, nan_at: int | None = None) -> dict:
     tmp_path.mkdir(parents=True, exist_ok=True)
     out = tmp_path / f"{example}.json"
