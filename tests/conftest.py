@@ -44,3 +44,34 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         return rank.get(rel, len(rank))
 
     items.sort(key=key)  # stable: the other files (and every test within a file) keep their order
+
+
+#: the settings every traintrace command reads from the environment
+_SETTINGS_PREFIXES = ("KAFKA_", "TRAINTRACE_")
+
+
+def _settings_env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k.startswith(_SETTINGS_PREFIXES)}
+
+
+@pytest.fixture(autouse=True)
+def _no_settings_leak(request: pytest.FixtureRequest):
+    """Each test starts with the session's Kafka and traintrace settings: one that changes them
+    (a library, an import-time default) has them put back and is named in a warning. Several
+    test files share one process (``scripts/test`` runs a few), so a leaked setting would reach
+    whichever file that process runs next."""
+    import os
+    import warnings
+
+    before = _settings_env()
+    yield
+    after = _settings_env()
+    if after != before:
+        changed = sorted(set(before.items()) ^ set(after.items()))
+        for k in after.keys() - before.keys():
+            del os.environ[k]
+        os.environ.update(before)
+        warnings.warn(f"{request.node.nodeid} left the environment changed: {sorted({k for k, _ in changed})}",
+                      stacklevel=1)
