@@ -1,50 +1,16 @@
 """Shared pytest configuration for traintrace.
 
-No global fixtures: unit tests (``tests/unit``) need nothing, and the Kafka fixtures
+No fixtures a test asks for: unit tests (``tests/unit``) need nothing, and the Kafka fixtures
 (``kafka_bootstrap``, ``kafka_admin``, ``topic_factory``, ``pipeline``, ``group_id``,
 ``group_factory``) live in ``tests/integration/conftest.py``, which also marks every test there
 ``integration`` (deselect them with ``-m "not integration"``).
 
-One hook: the longest test files run first. ``scripts/test`` runs the suite on several
-processes, a file at a time each, in collection order; a long file collected last would run
-alone at the end.
+One autouse fixture: every test starts with the session's Kafka and traintrace settings.
 """
 
 from __future__ import annotations
 
 import pytest
-
-#: the files that take a minute or more (measured in a full run), longest first
-LONGEST_FIRST = (
-    "tests/faults/test_faults.py",
-    "tests/integration/test_ray_examples.py",
-    "tests/integration/test_demo_secure.py",
-    "tests/integration/test_demo.py",
-    "tests/integration/test_hf.py",
-    "tests/integration/test_ray.py",  # after the examples: the two share a lock (one Ray at a time)
-    "tests/integration/test_churn.py",
-    "tests/integration/test_cluster.py",
-    "tests/integration/test_lightning.py",
-    "tests/integration/test_hf_rotation.py",
-    "tests/integration/test_lightning_rotation.py",
-    "tests/integration/test_snapshots.py",
-    "tests/integration/test_wheel_install.py",
-)
-
-
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
-    root = config.rootpath
-
-    def key(item: pytest.Item) -> int:
-        try:
-            rel = item.path.relative_to(root).as_posix()
-        except ValueError:
-            return len(rank)
-        return rank.get(rel, len(rank))
-
-    items.sort(key=key)  # stable: the other files (and every test within a file) keep their order
-
 
 #: the settings every traintrace command reads from the environment
 _SETTINGS_PREFIXES = ("KAFKA_", "TRAINTRACE_")
@@ -60,8 +26,8 @@ def _settings_env() -> dict[str, str]:
 def _no_settings_leak(request: pytest.FixtureRequest):
     """Each test starts with the session's Kafka and traintrace settings: one that changes them
     (a library, an import-time default) has them put back and is named in a warning. Several
-    test files share one process (``scripts/test`` runs a few), so a leaked setting would reach
-    whichever file that process runs next."""
+    test files share one process (all of them, or with ``TRAINTRACE_TEST_PROCESSES`` a share
+    each), so a leaked setting would reach whichever file that process runs next."""
     import os
     import warnings
 
