@@ -5,7 +5,10 @@ No fixtures a test asks for: unit tests (``tests/unit``) need nothing, and the K
 ``group_factory``) live in ``tests/integration/conftest.py``, which also marks every test there
 ``integration`` (deselect them with ``-m "not integration"``).
 
-One autouse fixture: every test starts with the session's Kafka and traintrace settings.
+One autouse fixture: every test starts with the session's Kafka and traintrace settings. One
+hook: the longest test files run first (``scripts/test`` runs the suite on several processes,
+a file at a time each, in collection order: a long file collected last would run alone at the
+end).
 """
 
 from __future__ import annotations
@@ -41,3 +44,35 @@ def _no_settings_leak(request: pytest.FixtureRequest):
         os.environ.update(before)
         warnings.warn(f"{request.node.nodeid} left the environment changed: {sorted({k for k, _ in changed})}",
                       stacklevel=1)
+
+
+#: the files that take a minute or more (measured in a full run), longest first
+LONGEST_FIRST = (
+    "tests/faults/test_faults.py",
+    "tests/integration/test_ray_examples.py",
+    "tests/integration/test_demo_secure.py",
+    "tests/integration/test_demo.py",
+    "tests/integration/test_hf.py",
+    "tests/integration/test_ray.py",  # after the examples: the two share a lock (one Ray at a time)
+    "tests/integration/test_churn.py",
+    "tests/integration/test_cluster.py",
+    "tests/integration/test_lightning.py",
+    "tests/integration/test_hf_rotation.py",
+    "tests/integration/test_lightning_rotation.py",
+    "tests/integration/test_snapshots.py",
+    "tests/integration/test_wheel_install.py",
+)
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    root = config.rootpath
+
+    def key(item: pytest.Item) -> int:
+        try:
+            rel = item.path.relative_to(root).as_posix()
+        except ValueError:
+            return len(rank)
+        return rank.get(rel, len(rank))
+
+    items.sort(key=key)  # stable: the other files (and every test within a file) keep their order

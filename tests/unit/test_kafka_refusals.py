@@ -276,15 +276,20 @@ def test_release_as_a_role_without_idempotent_write_is_refused_in_one_line(audit
 
 def test_the_commands_print_the_refusal_as_one_line_and_exit_2(auditor, monkeypatch, tmp_path):
     """`traintrace publish` / `release` as the auditor: one line on stderr, exit 2, no traceback."""
+    # the command modules are imported before anything is patched: imported first while
+    # common.kafka_settings is patched, they would bind the patch for good (monkeypatch would
+    # then "restore" it), and every later publish / release in this process would use it
     from streams.cli import common
+    from streams.cli import publish as publish_command
+    from streams.cli import release as release_command
     from streams.cli.main import cli
     from streams.operator_commands import plans
     from tests.unit.vectors import scenarios_dir
 
     k, _ = auditor
     monkeypatch.setattr(common, "kafka_settings", lambda *a, **kw: k)
-    monkeypatch.setattr("streams.cli.publish.kafka_settings", lambda *a, **kw: k)
-    monkeypatch.setattr("streams.cli.release.kafka_settings", lambda *a, **kw: k)
+    monkeypatch.setattr(publish_command, "kafka_settings", lambda *a, **kw: k)
+    monkeypatch.setattr(release_command, "kafka_settings", lambda *a, **kw: k)
     monkeypatch.setattr(plans, "read_control", lambda *a, **kw: type("C", (), {"halts": {}})())
     for args in (["publish", str(scenarios_dir() / "01_seed_example.jsonl")], ["release", "job-a"]):
         r = CliRunner().invoke(cli, args, catch_exceptions=False)
