@@ -78,7 +78,13 @@ def test_three_nodes_replicate_and_survive_a_leader_kill(cluster: LocalCluster) 
     kafka = KafkaSettings(bootstrap)
     ensure_topics(kafka, standard_topics(names, 3))
     admin = kafka.admin()
-    md = admin.list_topics(timeout=10)
+    # the node a metadata request reaches may not know the new topics yet (a loaded machine)
+    deadline = time.monotonic() + 60
+    while True:
+        md = admin.list_topics(timeout=10)
+        if set(names.all().values()) <= set(md.topics) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert len(md.brokers) == 3
     for topic in names.all().values():
         assert all(len(p.replicas) == 3 for p in md.topics[topic].partitions.values()), topic
