@@ -91,7 +91,14 @@ def test_three_nodes_replicate_and_survive_a_leader_kill(cluster: LocalCluster) 
     from confluent_kafka.admin import ConfigResource, ResourceType
 
     res = ConfigResource(ResourceType.TOPIC, names.events)
-    conf = admin.describe_configs([res])[res].result(timeout=30)
+    while True:  # as above: the node asked may not know the topic yet
+        try:
+            conf = admin.describe_configs([res])[res].result(timeout=30)
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
     assert conf["min.insync.replicas"].value == "2"
     assert conf["unclean.leader.election.enable"].value == "false"
     assert replication_findings(kafka, names) == []
