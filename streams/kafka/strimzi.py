@@ -32,6 +32,23 @@ def _resource(g: Grant, topics: TopicNames) -> dict[str, Any]:
             "patternType": "prefix" if g.pattern == "PREFIXED" else "literal"}
 
 
+def _grouped(grants: list[Grant], resource: Any) -> list[tuple[dict[str, Any], list[str]]]:
+    """``grants`` as (resource, Strimzi operations) pairs, one per resource, in first-seen order."""
+    by_resource: "OrderedDict[str, tuple[dict[str, Any], list[str]]]" = OrderedDict()
+    for g in grants:
+        res = resource(g)
+        by_resource.setdefault(repr(sorted(res.items())), (res, []))[1].append(OPERATIONS[g.operation])
+    return list(by_resource.values())
+
+
+def _chart_resource(g: Grant, names: TopicNames) -> dict[str, Any]:
+    """:func:`_resource`, a literal topic named by its default name (the chart prefixes it)."""
+    res = _resource(g, names)
+    if g.resource == "TOPIC" and g.pattern == "LITERAL":
+        return {"type": "topic", "topic": res.pop("name"), "patternType": res["patternType"]}
+    return res
+
+
 def kafka_topics(topics: TopicNames, cluster: str, partitions: int = 8, replicas: int = 3,
                  min_insync: int | None = 2) -> list[dict[str, Any]]:
     out = []
@@ -53,12 +70,8 @@ def kafka_users(topics: TopicNames, cluster: str, app_id: str = "traintrace",
     out = []
     grants = role_grants(app_id)
     for role in ROLES:
-        by_resource: "OrderedDict[str, tuple[dict[str, Any], list[str]]]" = OrderedDict()
-        for g in grants[role]:
-            res = _resource(g, topics)
-            key = repr(sorted(res.items()))
-            by_resource.setdefault(key, (res, []))[1].append(OPERATIONS[g.operation])
-        acls = [{"resource": res, "operations": ops, "host": "*"} for res, ops in by_resource.values()]
+        acls = [{"resource": res, "operations": ops, "host": "*"}
+                for res, ops in _grouped(grants[role], lambda g: _resource(g, topics))]
         out.append({"apiVersion": API, "kind": "KafkaUser",
                     "metadata": {"name": k8s_name(users.get(role, role)), "labels": {"strimzi.io/cluster": cluster,
                                                                                       "traintrace/role": role}},
@@ -96,14 +109,8 @@ def chart_tables() -> dict[str, Any]:
         topics.append({"key": field_of[name], "name": name, "divisor": probe // parts, "config": dict(config or {})})
     roles: dict[str, list[dict[str, Any]]] = {}
     for role, grants in role_grants(APP_ID_MARK).items():
-        by_resource: "OrderedDict[str, tuple[dict[str, Any], list[str]]]" = OrderedDict()
-        for g in grants:
-            res = _resource(g, names)
-            if g.resource == "TOPIC" and g.pattern == "LITERAL":
-                res = {"type": "topic", "topic": res.pop("name"), "patternType": res["patternType"]}
-            key = repr(sorted(res.items()))
-            by_resource.setdefault(key, (res, []))[1].append(OPERATIONS[g.operation])
-        roles[role] = [{"resource": res, "operations": ops} for res, ops in by_resource.values()]
+        roles[role] = [{"resource": res, "operations": ops}
+                       for res, ops in _grouped(grants, lambda g: _chart_resource(g, names))]
     return {"api": API, "appIdMark": APP_ID_MARK, "roles": list(ROLES), "topics": topics, "acls": roles}
 
 
