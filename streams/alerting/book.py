@@ -12,11 +12,12 @@ topics the forwarder follows (records in any interleaving of the topics; each to
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from streams.alerting.mapping import INCIDENT_KINDS, labels_of, to_alertmanager
-from streams.control.commands import HALT_RECORD, PLAN_RECORDS, RELEASE_REASON
+from streams.control.commands import ControlCommand
+from streams.records import Alert, DivergenceManifest
 
 #: how long a one-off alert stays active in Alertmanager (ms)
 INFO_TTL_MS = 3_600_000
@@ -24,53 +25,48 @@ INFO_TTL_MS = 3_600_000
 
 @dataclass
 class _Entry:
-    alert: dict[str, Any]          # the latest record of this alert
+    alert: Alert                   # the latest record of this alert
     starts: int                    # the earliest ts
 
 
 @dataclass
 class AlertBook:
+    """Folded from typed records: the forwarder decodes each one at the codec boundary
+    (``Codec.decode_typed``, ``command_from_record``)."""
+
     info_ttl_ms: int = INFO_TTL_MS
     alerts: dict[tuple[tuple[str, str], ...], _Entry] = field(default_factory=dict)
     #: job -> (record name, command id, issued_ts) of its last plan record; job -> its last halt record
     last_plan: dict[str, tuple[str, str, int]] = field(default_factory=dict)
-    last_halt: dict[str, dict[str, Any]] = field(default_factory=dict)
+    last_halt: dict[str, ControlCommand] = field(default_factory=dict)
     #: incident -> (version, [(job, command id)] of its plans)
     manifests: dict[str, tuple[int, list[tuple[str, str]]]] = field(default_factory=dict)
 
     @staticmethod
-    def key(alert: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    def key(alert: Alert) -> tuple[tuple[str, str], ...]:
         return tuple(sorted(labels_of(alert).items()))
 
-    def add_alert(self, alert: Mapping[str, Any]) -> None:
+    def add_alert(self, alert: Alert) -> None:
         k = self.key(alert)
-        ts = int(alert.get("ts") or 0)
         e = self.alerts.get(k)
         if e is None:
-            self.alerts[k] = _Entry(dict(alert), ts)
+            self.alerts[k] = _Entry(alert, alert.ts)
         else:
-            if ts >= int(e.alert.get("ts") or 0):
-                e.alert = dict(alert)
-            e.starts = min(e.starts, ts)
+            if alert.ts >= e.alert.ts:
+                e.alert = alert
+            e.starts = min(e.starts, alert.ts)
 
-    def add_control(self, name: str, rec: Mapping[str, Any]) -> None:
-        job = rec.get("job_id")
-        if not isinstance(job, str):
-            return
-        if name in PLAN_RECORDS:
-            self.last_plan[job] = (name, str(rec.get("command_id")), int(rec.get("issued_ts") or 0))
-        elif name == HALT_RECORD:
-            self.last_halt[job] = dict(rec)
+    def add_control(self, cmd: ControlCommand) -> None:
+        if cmd.is_plan:
+            self.last_plan[cmd.job_id] = (cmd.kind, cmd.command_id, cmd.issued_ts or 0)
+        elif cmd.is_halt:
+            self.last_halt[cmd.job_id] = cmd
 
-    def add_manifest(self, rec: Mapping[str, Any]) -> None:
-        x = rec.get("incident_id")
-        if not isinstance(x, str):
+    def add_manifest(self, m: DivergenceManifest) -> None:
+        if m.incident_id in self.manifests and self.manifests[m.incident_id][0] > m.version:
             return
-        version = int(rec.get("version") or 0)
-        if x in self.manifests and self.manifests[x][0] > version:
-            return
-        plans = [(str(p.get("job_id")), str(p.get("command_id"))) for p in rec.get("plans") or ()]
-        self.manifests[x] = (version, plans)
+        plans = [(str(p.get("job_id")), str(p.get("command_id"))) for p in m.plans]
+        self.manifests[m.incident_id] = (m.version, plans)
 
     # ------------------------------------------------------------------ state
 
@@ -81,11 +77,11 @@ class AlertBook:
             return None
         return last[2]
 
-    def ended(self, alert: Mapping[str, Any], starts: int) -> int | None:
+    def ended(self, alert: Alert, starts: int) -> int | None:
         """When the alert ended (ms), None while it is active."""
-        kind = alert.get("kind")
+        kind = alert.kind
         if kind in INCIDENT_KINDS:
-            m = self.manifests.get(str(alert.get("incident_id")))
+            m = self.manifests.get(str(alert.incident_id))
             if m is None:
                 return None
             ends = [self._plan_ended(job, cid) for job, cid in m[1]]
@@ -93,13 +89,13 @@ class AlertBook:
                 return None
             return max([starts, *[e for e in ends if e is not None]])
         if kind == "HALT":
-            h = self.last_halt.get(str(alert.get("job_id")))
-            if h is not None and h.get("reason") == RELEASE_REASON:
-                return max(starts, int(h.get("issued_ts") or starts))
+            h = self.last_halt.get(str(alert.job_id))
+            if h is not None and h.is_release:
+                return max(starts, h.issued_ts or starts)
             return None
         if kind == "COMMAND_UNACKNOWLEDGED":
-            cid = str((alert.get("details") or {}).get("command_id") or "")
-            return self._plan_ended(str(alert.get("job_id")), cid)
+            cid = str((alert.details or {}).get("command_id") or "")
+            return self._plan_ended(str(alert.job_id), cid)
         return starts + self.info_ttl_ms
 
     def postable(self, page_url: str | None = None) -> list[tuple[tuple[tuple[str, str], ...], dict[str, Any],
@@ -108,7 +104,7 @@ class AlertBook:
         out = []
         for k, e in self.alerts.items():
             ends = self.ended(e.alert, e.starts)
-            out.append((k, to_alertmanager({**e.alert, "ts": e.starts}, page_url=page_url, ends_ms=ends), ends))
+            out.append((k, to_alertmanager(replace(e.alert, ts=e.starts), page_url=page_url, ends_ms=ends), ends))
         return out
 
 

@@ -31,9 +31,11 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
 from streams.alerting.book import AlertBook
 from streams.codec import Codec, DecodeError
+from streams.control.commands import command_from_record
 from streams.kafka import reader
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames
+from streams.records import Alert, DivergenceManifest, typed
 
 log = logging.getLogger("traintrace.alerts")
 
@@ -71,17 +73,23 @@ class Forwarder:
         self.undecodable = 0
 
     def fold(self, topic: str, value: bytes | None) -> None:
+        """Fold one record of the three topics, read through its type (a record that does not
+        decode, or lacks what its kind needs, is counted and skipped)."""
         try:
             name, rec = self.codec.decode_record(value or b"")
-        except DecodeError:
+            if topic == self.topics.control:
+                cmd = command_from_record(name, rec)
+                if cmd is not None:
+                    self.book.add_control(cmd)
+                return
+            record = typed(name, rec)
+        except (DecodeError, KeyError, TypeError):
             self.undecodable += 1
             return
-        if topic == self.topics.alerts:
-            self.book.add_alert(rec)
-        elif topic == self.topics.control:
-            self.book.add_control(name, rec)
-        elif topic == self.topics.manifests:
-            self.book.add_manifest(rec)
+        if isinstance(record, Alert) and topic == self.topics.alerts:
+            self.book.add_alert(record)
+        elif isinstance(record, DivergenceManifest) and topic == self.topics.manifests:
+            self.book.add_manifest(record)
 
     def due(self, now_ms: int, resend: bool) -> list[tuple[Any, dict[str, Any], int | None]]:
         """What to post now: new or changed alerts, and (``resend``) every active one again."""

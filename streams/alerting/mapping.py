@@ -1,5 +1,5 @@
 """An Alert record of ``lineage.alerts`` as an Alertmanager alert (API v2 ``postableAlert``):
-pure, dicts in, dicts out.
+pure: a typed :class:`~streams.records.Alert` in, the JSON value Alertmanager takes out.
 
 Labels identify an alert for Alertmanager (its fingerprint is over the label set) and route it:
 ``alertname`` (``Traintrace`` + the kind in CamelCase), ``kind``, ``severity`` (:data:`SEVERITY`),
@@ -13,7 +13,9 @@ updates the page instead of raising a second one. Annotations: ``summary`` (the 
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any
+
+from streams.records import Alert
 
 #: severity of each kind of alert (a kind not listed: warning)
 SEVERITY: dict[str, str] = {
@@ -43,13 +45,12 @@ def iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def labels_of(alert: Mapping[str, Any]) -> dict[str, str]:
-    kind = str(alert.get("kind") or "UNKNOWN")
+def labels_of(alert: Alert) -> dict[str, str]:
+    kind = alert.kind or "UNKNOWN"
     out = {"alertname": alertname(kind), "kind": kind, "severity": SEVERITY.get(kind, "warning"),
            "source": "traintrace"}
-    for label, key in (("cohort", "cohort_id"), ("job", "job_id"), ("incident", "incident_id"),
-                       ("checkpoint", "checkpoint_id")):
-        v = alert.get(key)
+    for label, v in (("cohort", alert.cohort_id), ("job", alert.job_id), ("incident", alert.incident_id),
+                     ("checkpoint", alert.checkpoint_id)):
         if v:
             out[label] = str(v)
     if kind in INCIDENT_KINDS:  # one page per incident: the widening updates it
@@ -57,19 +58,18 @@ def labels_of(alert: Mapping[str, Any]) -> dict[str, str]:
         out["kind"] = "INCIDENT"
         out.pop("job", None)
     elif kind not in STATEFUL_KINDS:
-        out["alert_id"] = str(alert.get("alert_id") or "")[:16]
+        out["alert_id"] = alert.alert_id[:16]
     return out
 
 
-def action_of(alert: Mapping[str, Any]) -> str:
-    kind = alert.get("kind")
-    job = alert.get("job_id") or "JOB"
+def action_of(alert: Alert) -> str:
+    kind = alert.kind
+    job = alert.job_id or "JOB"
     if kind == "HALT":
         return (f"traintrace plans   # why {job} is halted; once the record is complete: "
                 f"traintrace release {job} --operator YOU --signing-key operator.key")
     if kind in INCIDENT_KINDS or kind == "REATTRIBUTED":
-        return "traintrace plans   # the rollbacks in force; traintrace report --incident " + str(
-            alert.get("incident_id") or "ID")
+        return "traintrace plans   # the rollbacks in force; traintrace report --incident " + (alert.incident_id or "ID")
     if kind == "COMMAND_UNACKNOWLEDGED":
         return f"check that {job} is running and polls its client; traintrace plans"
     if kind == "CONTROL_FORGED":
@@ -79,21 +79,21 @@ def action_of(alert: Mapping[str, Any]) -> str:
     return "traintrace watch"
 
 
-def to_alertmanager(alert: Mapping[str, Any], *, page_url: str | None = None, ends_ms: int | None = None,
+def to_alertmanager(alert: Alert, *, page_url: str | None = None, ends_ms: int | None = None,
                     generator_url: str | None = None) -> dict[str, Any]:
     """The ``postableAlert`` of one Alert record; ``ends_ms`` set: resolved (or ending) then."""
-    kind = str(alert.get("kind") or "UNKNOWN")
-    details = alert.get("details") or {}
-    description = str(alert.get("message") or kind)
+    kind = alert.kind or "UNKNOWN"
+    details = alert.details or {}
+    description = alert.message or kind
     if details:
         description += " (" + ", ".join(f"{k}={v}" for k, v in sorted(details.items())) + ")"
-    annotations = {"summary": str(alert.get("message") or kind), "description": description,
+    annotations = {"summary": alert.message or kind, "description": description,
                    "action": action_of(alert), "event": kind}
     if page_url:
         base = page_url.rstrip("/")
-        annotations["url"] = base + (f"/#job={alert['job_id']}" if alert.get("job_id") else "/")
+        annotations["url"] = base + (f"/#job={alert.job_id}" if alert.job_id else "/")
     out: dict[str, Any] = {"labels": labels_of(alert), "annotations": annotations,
-                           "startsAt": iso(int(alert.get("ts") or 0))}
+                           "startsAt": iso(alert.ts)}
     if ends_ms is not None:
         out["endsAt"] = iso(ends_ms)
     if generator_url or page_url:

@@ -25,6 +25,7 @@ from streams.cli.common import (
 )
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames
+from streams.records import Alert
 
 _KIND_STYLE = {
     "INCIDENT_OPENED": "bold red",
@@ -43,19 +44,19 @@ def _time(ts: Any) -> str:
         return str(ts)
 
 
-def _cells(alert: dict[str, Any]) -> list[str]:
+def _cells(alert: Alert) -> list[str]:
     return [
-        _time(alert.get("ts")),
-        str(alert.get("kind") or ""),
-        str(alert.get("cohort_id") or ""),
-        str(alert.get("job_id") or ""),
-        str(alert.get("checkpoint_id") or ""),
-        str(alert.get("incident_id") or "")[:12],
-        str(alert.get("message") or ""),
+        _time(alert.ts),
+        alert.kind or "",
+        alert.cohort_id or "",
+        alert.job_id or "",
+        alert.checkpoint_id or "",
+        (alert.incident_id or "")[:12],
+        alert.message or "",
     ]
 
 
-def _line(alert: dict[str, Any]) -> Text:
+def _line(alert: Alert) -> Text:
     cells = _cells(alert)
     text = Text(cells[0] + " ")
     text.append(cells[1], style=_KIND_STYLE.get(cells[1], "bold"))
@@ -67,7 +68,7 @@ _COLUMNS = ("time", "kind", "cohort", "job", "checkpoint", "incident", "message"
 _NARROW = ("time", "kind", "job", "checkpoint", "message")  # below 120 columns
 
 
-def _table(rows: list[dict[str, Any]], topic: str, total: int, width: int = 200) -> Table:
+def _table(rows: list[Alert], topic: str, total: int, width: int = 200) -> Table:
     shown = _COLUMNS if width >= 120 else _NARROW
     table = Table(title=f"Alerts on {topic}", title_justify="left", expand=True,
                   caption=f"{total} alert(s); Ctrl-C to stop", caption_justify="left")
@@ -132,7 +133,7 @@ def _watch(kafka: KafkaSettings, topics: TopicNames, as_json: bool, from_beginni
     with operator_errors():
         if as_json:
             for alert in stream:
-                sys.stdout.write(json.dumps(alert, sort_keys=True) + "\n")
+                sys.stdout.write(json.dumps({"type": alert.NAME, **alert.to_value()}, sort_keys=True) + "\n")
                 sys.stdout.flush()
         elif console.is_terminal:
             _live(console, stream, topics.alerts)
@@ -143,7 +144,7 @@ def _watch(kafka: KafkaSettings, topics: TopicNames, as_json: bool, from_beginni
 
 
 def _live(console: Console, stream: Any, topic: str) -> None:
-    rows: list[dict[str, Any]] = []
+    rows: list[Alert] = []
     total = 0
     with Live(_table(rows, topic, total, console.size.width), console=console,
               refresh_per_second=4, vertical_overflow="visible") as live:

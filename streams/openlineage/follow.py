@@ -27,6 +27,7 @@ from streams.kafka.reader import read_range, topic_partitions
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames
 from streams.openlineage.mapping import OpenLineageMapper
+from streams.records import typed
 
 #: the topics read, in the order of a round: TopicNames field -> what its records are
 TOPICS = ("events", "manifests", "control", "checkpoints")
@@ -75,7 +76,8 @@ class Follower:
 
     def round(self) -> Iterator[tuple[str, str, Any]]:
         """One pass over every topic from the last positions to the current end offsets: yields
-        (kind, record name, value): ("event", event type, Event) or ("record", name, dict)."""
+        (kind, record name, value): ("event", event type, Event) or ("record", name, its typed
+        record)."""
         for kind, topic in self.names.items():
             pos = self.positions[kind]
             ranges = {p: (pos.get(p, 0), None) for p in topic_partitions(self.kafka, topic)}
@@ -91,8 +93,8 @@ class Follower:
                 event = parse_event(self.codec.decode_event(msg.value() or b""))
                 return "event", type(event).__name__, event
             name, value = self.codec.decode_record(msg.value() or b"")
-            return "record", name, value
-        except (DecodeError, InvalidEvent, ValueError) as exc:
+            return "record", name, typed(name, value)
+        except (DecodeError, InvalidEvent, ValueError, KeyError, TypeError) as exc:
             if self.on_skip is not None:
                 self.on_skip(msg.topic(), msg.partition(), msg.offset(), str(exc))
             return None
@@ -107,7 +109,7 @@ def stream_openlineage(follower: Follower, mapper: OpenLineageMapper, emit: Call
     while True:
         for kind, name, value in follower.round():
             stats.records += 1
-            events = mapper.on_event(value) if kind == "event" else mapper.on_record(name, value)
+            events = mapper.on_event(value) if kind == "event" else mapper.on_record(value)
             for event in events:
                 emit(event)
                 stats.emitted += 1

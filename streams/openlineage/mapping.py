@@ -63,6 +63,8 @@ from streams.core.events import (
 )
 from streams.control.commands import action_of
 from streams.openlineage import facets as F
+from streams.records import (CheckpointStatus, DivergenceManifest, HaltCommand, PlanCleared, QuarantineNotice, Record,
+                            RollbackCommand)
 
 RUN_EVENT_SCHEMA = f"https://openlineage.io/spec/{F.SPEC_VERSION}/OpenLineage.json#/$defs/RunEvent"
 #: the UUID namespace of traintrace's run ids (fixed forever: ids must not change across releases)
@@ -244,63 +246,70 @@ class OpenLineageMapper:
 
     # ------------------------------------------------------------------ the referee's records
 
-    def on_record(self, name: str, value: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """The RunEvents of one referee record (its Avro record name and decoded value); records
-        of other names, and one seen before, give none."""
-        handler = _RECORD_HANDLERS.get(name)
-        return handler(self, name, value) if handler is not None else []
+    def on_record(self, record: Record) -> list[dict[str, Any]]:
+        """The RunEvents of one referee record (typed: the follower decodes it at the codec
+        boundary); records of other kinds, and one seen before, give none."""
+        if isinstance(record, DivergenceManifest):
+            return self._manifest(record)
+        if isinstance(record, (RollbackCommand, QuarantineNotice, PlanCleared)):
+            return self._plan(record)
+        if isinstance(record, HaltCommand):
+            return self._halt(record)
+        if isinstance(record, CheckpointStatus):
+            return self._checkpoint_status(record)
+        return []
 
-    def _manifest(self, _name: str, v: Mapping[str, Any]) -> list[dict[str, Any]]:
-        if not self._first(("manifest", v["incident_id"], v.get("version"))):
+    def _manifest(self, v: DivergenceManifest) -> list[dict[str, Any]]:
+        if not self._first(("manifest", v.incident_id, v.version)):
             return []
-        root = v["root"]
-        common = {"incidentId": v["incident_id"], "verdict": v.get("verdict"), "rootJobId": root["job_id"],
+        root = v.root
+        common = {"incidentId": v.incident_id, "verdict": v.verdict, "rootJobId": root["job_id"],
                   "rootIncarnation": root["incarnation"], "onsetStep": root["onset_step"],
-                  "version": v.get("version"), "attributedTo": list(v.get("attributed_to") or []) or None,
-                  "taintedCheckpoints": list(v.get("tainted_checkpoints") or []) or None}
+                  "version": v.version, "attributedTo": list(v.attributed_to) or None,
+                  "taintedCheckpoints": list(v.tainted_checkpoints) or None}
         touched: dict[tuple[str, int], dict[str, Any]] = {(root["job_id"], root["incarnation"]): {"role": "ROOT"}}
-        for s in v.get("secondary_divergences") or []:
+        for s in v.secondary_divergences:
             touched.setdefault((s["job_id"], s["incarnation"]), {"role": "SECONDARY"})
-        for c in v.get("contaminated") or []:
+        for c in v.contaminated:
             touched.setdefault((c["job_id"], c["incarnation"]), {
                 "role": "CONTAMINATED", "viaCheckpointId": c.get("via_checkpoint_id") or None,
                 "path": list(c.get("path") or []) or None})
         out = []
         for (job, inc), entry in touched.items():
-            self._run(job, inc).incidents[v["incident_id"]] = _compact({**common, **entry})
+            self._run(job, inc).incidents[v.incident_id] = _compact({**common, **entry})
             extra = {}
-            if entry["role"] == "ROOT" and not v.get("attributed_to"):
+            if entry["role"] == "ROOT" and not v.attributed_to:
                 extra["traintrace_divergence"] = F.facet(
                     "traintrace_divergence", onsetStep=root["onset_step"], source="REFEREE",
-                    incidentId=v["incident_id"], verdict=v.get("verdict"))
-            out.append(self._event("OTHER", job, inc, v["ts"], facets=extra, progress=False))
+                    incidentId=v.incident_id, verdict=v.verdict)
+            out.append(self._event("OTHER", job, inc, v.ts, facets=extra, progress=False))
         return out
 
-    def _plan(self, name: str, v: Mapping[str, Any]) -> list[dict[str, Any]]:
-        if not self._first(("control", v["command_id"])):
+    def _plan(self, v: RollbackCommand | QuarantineNotice | PlanCleared) -> list[dict[str, Any]]:
+        if not self._first(("control", v.command_id)):
             return []
-        action = action_of(name, v)
-        plan = F.facet("traintrace_plan", commandId=v["command_id"], record=name, action=action,
-                       targetCheckpointId=v.get("target_checkpoint_id"), targetStep=v.get("target_step"),
-                       incidentIds=_list(v.get("incident_ids")),
-                       quarantinedCheckpointIds=_list(v.get("quarantined_checkpoint_ids")),
-                       supersedes=v.get("supersedes"), reason=v.get("reason"),
-                       issuedTime=event_time(v["issued_ts"]))
-        return [self._event("OTHER", v["job_id"], v["incarnation"], v["issued_ts"],
+        value = v.to_value()
+        plan = F.facet("traintrace_plan", commandId=v.command_id, record=v.NAME, action=action_of(v.NAME, value),
+                       targetCheckpointId=value.get("target_checkpoint_id"), targetStep=value.get("target_step"),
+                       incidentIds=_list(value.get("incident_ids")),
+                       quarantinedCheckpointIds=_list(value.get("quarantined_checkpoint_ids")),
+                       supersedes=v.supersedes, reason=value.get("reason"),
+                       issuedTime=event_time(v.issued_ts))
+        return [self._event("OTHER", v.job_id, v.incarnation, v.issued_ts,
                             facets={"traintrace_plan": plan}, progress=False)]
 
-    def _halt(self, _name: str, v: Mapping[str, Any]) -> list[dict[str, Any]]:
-        if not self._first(("control", v["command_id"])):
+    def _halt(self, v: HaltCommand) -> list[dict[str, Any]]:
+        if not self._first(("control", v.command_id)):
             return []
-        halt = F.facet("traintrace_halt", commandId=v["command_id"], reason=v.get("reason"),
-                       detail=v.get("detail"), issuedTime=event_time(v["issued_ts"]))
-        inc = self._current.get(v["job_id"], 0)
-        return [self._event("OTHER", v["job_id"], inc, v["issued_ts"], facets={"traintrace_halt": halt},
+        halt = F.facet("traintrace_halt", commandId=v.command_id, reason=v.reason,
+                       detail=v.detail, issuedTime=event_time(v.issued_ts))
+        inc = self._current.get(v.job_id, 0)
+        return [self._event("OTHER", v.job_id, inc, v.issued_ts, facets={"traintrace_halt": halt},
                             progress=False)]
 
-    def _checkpoint_status(self, _name: str, v: Mapping[str, Any]) -> list[dict[str, Any]]:
-        ids = tuple(sorted(v.get("incident_ids") or ()))
-        ck_id, status = v["checkpoint_id"], v["status"]
+    def _checkpoint_status(self, v: CheckpointStatus) -> list[dict[str, Any]]:
+        ids = tuple(sorted(v.incident_ids))
+        ck_id, status = v.checkpoint_id, v.status
         tainted_before = ("taint", ck_id) in self._seen_records
         if status == "TAINTED":
             self._seen_records.add(("taint", ck_id))
@@ -310,10 +319,10 @@ class OpenLineageMapper:
             return []
         ck = self._checkpoints.get(ck_id) or _Checkpoint(
             UNKNOWN_CHECKPOINT_NAMESPACE, f"checkpoint/{ck_id}",
-            _compact({"checkpointId": ck_id, "contentHash": v.get("content_hash"), "step": v.get("step"),
-                      "jobId": v.get("job_id"), "incarnation": v.get("incarnation")}))
+            _compact({"checkpointId": ck_id, "contentHash": v.content_hash, "step": v.step,
+                      "jobId": v.job_id, "incarnation": v.incarnation}))
         taint = F.facet("traintrace_taint", status=status, incidentIds=list(ids))
-        return [self._event("OTHER", v["job_id"], v["incarnation"], v["ts"],
+        return [self._event("OTHER", v.job_id, v.incarnation, v.ts,
                             outputs=[ck.dataset(traintrace_taint=taint)], progress=False)]
 
     # ------------------------------------------------------------------ building events
@@ -403,13 +412,5 @@ _EVENT_HANDLERS = {
     CheckpointDeleted: OpenLineageMapper._checkpoint_deleted,
 }
 
-_RECORD_HANDLERS = {
-    "DivergenceManifest": OpenLineageMapper._manifest,
-    "RollbackCommand": OpenLineageMapper._plan,
-    "QuarantineNotice": OpenLineageMapper._plan,
-    "PlanCleared": OpenLineageMapper._plan,
-    "HaltCommand": OpenLineageMapper._halt,
-    "CheckpointStatus": OpenLineageMapper._checkpoint_status,
-}
 
 __all__ = ["OpenLineageMapper", "RUN_EVENT_SCHEMA", "dataset_of_uri", "event_time", "run_id"]

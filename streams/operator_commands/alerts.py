@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from streams.codec import Codec, DecodeError, SchemaRegistryUnavailable
 from streams.kafka import reader
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames
 from streams.operator_commands.errors import OperatorError
+from streams.records import Alert
 
 
 def alerts(kafka: KafkaSettings | str, topics: TopicNames, codec: Codec | None = None, follow: bool = False,
            from_beginning: bool = False, *, idle_timeout: float | None = None,
            max_messages: int | None = None,
-           on_skip: Callable[[reader.Message, str], None] | None = None) -> Iterator[dict[str, Any]]:
-    """The ``Alert`` records of ``topics.alerts`` as decoded dicts.
+           on_skip: Callable[[reader.Message, str], None] | None = None) -> Iterator[Alert]:
+    """The ``Alert`` records of ``topics.alerts``, typed.
 
     Without ``follow``: the whole topic read to its end. With ``follow``: new alerts as they
     arrive (from the beginning with ``from_beginning``) until interrupted, ``idle_timeout``
@@ -44,7 +45,7 @@ def alerts(kafka: KafkaSettings | str, topics: TopicNames, codec: Codec | None =
             if on_skip is not None:
                 on_skip(msg, f"a {name}, not an Alert")
             continue
-        yield rec
+        yield Alert.from_value(rec)
         seen += 1
         if max_messages is not None and seen >= max_messages:
             return

@@ -22,6 +22,7 @@ from streams.files.archive import LogRecord
 from streams.kafka.reader import ReaderError, topic_partitions
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames
+from streams.records import Alert
 from streams.ui.state import UIState
 
 #: seconds between two looks for a topic that does not exist yet (or a broker that is down)
@@ -89,7 +90,7 @@ def start_followers(kafka: KafkaSettings | str, topics: TopicNames, state: UISta
         except DecodeError:
             return
         if name == "Alert":
-            state.add_alert(rec)
+            state.add_alert(Alert.from_value(rec))
 
     threads = [
         TopicFollower(kafka, topics.by_cohort, lambda m: state.add_input(_record("input", m)), state, stop),

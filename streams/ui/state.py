@@ -21,6 +21,7 @@ from streams.core.project import halts as fold_halts
 from streams.core.state import Config
 from streams.files.archive import LogRecord
 from streams.referee.input import BadBatch, fold_batch, read_batch
+from streams.records import Alert
 from streams.referee.referee import Referee
 from streams.signing import check_control, unverified_row
 
@@ -85,7 +86,7 @@ class UIState:
         self.input: list[LogRecord] = []
         self.control: list[LogRecord] = []
         self.commands: list[dict[str, Any]] = []
-        self.alerts: deque[dict[str, Any]] = deque(maxlen=MAX_ALERTS)
+        self.alerts: deque[Alert] = deque(maxlen=MAX_ALERTS)
         self.alert_total = 0
         #: cohort -> records of it seen (input batches and control records): the drawing's cache key
         self.changes: dict[str, int] = {}
@@ -138,7 +139,7 @@ class UIState:
                 "issued_ts": cmd.issued_ts, "position": rec.where,
             })
 
-    def add_alert(self, alert: dict[str, Any]) -> None:
+    def add_alert(self, alert: Alert) -> None:
         with self.lock:
             self.version += 1
             self.alerts.append(alert)
@@ -197,7 +198,7 @@ class UIState:
                 "plans": self._plans(acked),
                 "halts": self._halts(engines),
                 "tainted": self._tainted(engines),
-                "alerts": list(reversed(self.alerts))[:50],
+                "alerts": [{"type": a.NAME, **a.to_value()} for a in list(reversed(self.alerts))[:50]],
                 "signatures": {"checked": self.trusted is not None, "unverified": list(reversed(self.unverified))[:50]},
             }
 

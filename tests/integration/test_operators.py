@@ -349,7 +349,7 @@ def test_watch_json_from_beginning(kafka_bootstrap: str, prefix: str) -> None:
     assert human.exit_code == 0, human.stderr
     assert "UNRECORDED_SHARING" in human.stdout and "[not markup]" in human.stdout
 
-    assert list(alerts(kafka_bootstrap, topics, CODEC)) == expected  # read to the end
+    assert [{"type": a.NAME, **a.to_value()} for a in alerts(kafka_bootstrap, topics, CODEC)] == expected  # read to the end
 
 
 def test_watch_follows_new_alerts_in_a_subprocess(kafka_bootstrap: str, prefix: str) -> None:

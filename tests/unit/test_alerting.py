@@ -14,7 +14,9 @@ import pytest
 from streams.alerting.book import AlertBook
 from streams.alerting.forwarder import Forwarder
 from streams.alerting.mapping import alertname, iso, labels_of, to_alertmanager
+from streams.control.commands import ControlCommand
 from streams.kafka.topics import TopicNames
+from streams.records import Alert, DivergenceManifest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,7 +24,19 @@ REPO = Path(__file__).resolve().parents[2]
 def alert(kind, **kw):
     base = {"alert_id": f"id-{kind}-{kw.get('job_id')}", "kind": kind, "cohort_id": "c1", "job_id": None,
             "checkpoint_id": None, "incident_id": None, "message": f"{kind} happened", "details": {}, "ts": 1000}
-    return {**base, **kw}
+    return Alert(**{**base, **kw})
+
+
+def control(kind, job_id, command_id, issued_ts, reason=None):
+    action = {"RollbackCommand": "ROLLBACK", "PlanCleared": "CLEAR"}.get(kind, reason)
+    return ControlCommand(kind=kind, command_id=command_id, job_id=job_id, action=action, reason=reason,
+                          issued_ts=issued_ts)
+
+
+def manifest(incident_id, version, plans):
+    return DivergenceManifest(incident_id=incident_id, version=version, root={}, verdict="INTERNAL", attributed_to=(),
+                              contaminated=(), secondary_divergences=(), tainted_checkpoints=(), plans=tuple(plans),
+                              concurrency_snapshot=(), ts=0)
 
 
 def test_labels_route_and_annotations_act():
@@ -46,14 +60,13 @@ def test_an_incident_resolves_when_every_plan_it_made_has_ended():
     book.add_alert(alert("INCIDENT_WIDENED", job_id="a", incident_id="x1", ts=2000, message="widened"))
     ((_k, posted, ends),) = book.postable()
     assert ends is None and posted["startsAt"] == iso(1000) and posted["annotations"]["summary"] == "widened"
-    book.add_manifest({"incident_id": "x1", "version": 2, "plans": [{"job_id": "a", "command_id": "ca"},
-                                                                    {"job_id": "b", "command_id": "cb"}]})
-    book.add_control("RollbackCommand", {"job_id": "a", "command_id": "ca", "issued_ts": 2100})
-    book.add_control("RollbackCommand", {"job_id": "b", "command_id": "cb", "issued_ts": 2100})
+    book.add_manifest(manifest("x1", 2, [{"job_id": "a", "command_id": "ca"}, {"job_id": "b", "command_id": "cb"}]))
+    book.add_control(control("RollbackCommand", "a", "ca", 2100))
+    book.add_control(control("RollbackCommand", "b", "cb", 2100))
     assert book.postable()[0][2] is None
-    book.add_control("PlanCleared", {"job_id": "a", "command_id": "clr-a", "issued_ts": 3000})
+    book.add_control(control("PlanCleared", "a", "clr-a", 3000))
     assert book.postable()[0][2] is None  # b still has its plan
-    book.add_control("PlanCleared", {"job_id": "b", "command_id": "clr-b", "issued_ts": 4000})
+    book.add_control(control("PlanCleared", "b", "clr-b", 4000))
     ((_k, posted, ends),) = book.postable()
     assert ends == 4000 and posted["endsAt"] == iso(4000)
 
@@ -62,10 +75,10 @@ def test_a_halt_resolves_on_release_and_one_offs_end_by_themselves():
     book = AlertBook(info_ttl_ms=10_000)
     book.add_alert(alert("HALT", job_id="j", ts=1000))
     book.add_alert(alert("RESTORE_SUBSTITUTED", job_id="j", ts=1500))
-    book.add_control("HaltCommand", {"job_id": "j", "command_id": "h", "reason": "UNTRACEABLE_SOURCE", "issued_ts": 1000})
+    book.add_control(control("HaltCommand", "j", "h", 1000, reason="UNTRACEABLE_SOURCE"))
     ends = {p["labels"]["kind"]: e for _k, p, e in book.postable()}
     assert ends == {"HALT": None, "RESTORE_SUBSTITUTED": 11_500}
-    book.add_control("HaltCommand", {"job_id": "j", "command_id": "r", "reason": "RELEASE", "issued_ts": 5000})
+    book.add_control(control("HaltCommand", "j", "r", 5000, reason="RELEASE"))
     assert {p["labels"]["kind"]: e for _k, p, e in book.postable()}["HALT"] == 5000
 
 
@@ -86,7 +99,7 @@ def test_the_forwarder_posts_each_change_once_retries_a_refusal_and_pages_nobody
     assert fw.flush(now_ms=2000) == 1 and fw.flush(now_ms=2001) == 0  # nothing changed
     assert fw.flush(now_ms=2002, resend=True) == 1  # still active: re-posted (Alertmanager's resolve_timeout)
     am.down = True
-    fw.book.add_control("HaltCommand", {"job_id": "j", "command_id": "r", "reason": "RELEASE", "issued_ts": 3000})
+    fw.book.add_control(control("HaltCommand", "j", "r", 3000, reason="RELEASE"))
     assert fw.flush(now_ms=3001) == 0 and fw.failures == 1
     am.down = False
     assert fw.flush(now_ms=3002) == 1 and am.batches[-1][0]["endsAt"] == iso(3000)
@@ -130,3 +143,24 @@ def test_every_metric_a_rule_reads_is_one_the_worker_exposes():
             used |= set(re.findall(r"\btraintrace_[a-z_]+", r["expr"]))
     missing = {u for u in used if u not in names and u + "_total" not in names}
     assert used and not missing, missing
+
+
+def test_the_forwarder_reads_each_topic_through_its_types_and_skips_what_does_not_decode():
+    from streams.codec import Codec
+    from streams.records import HaltCommand
+
+    from streams.codec.examples import example_records
+
+    codec, topics = Codec(), TopicNames.from_env("t.")
+    fw = Forwarder("unused:9092", topics, FakeAM(), codec=codec)
+    example = [r for r in example_records() if r["type"] == "DivergenceManifest"][0]
+    example = {k: v for k, v in example.items() if k != "type"}
+    fw.fold(topics.alerts, codec.encode_typed(alert("HALT", job_id="j", ts=1000)))
+    fw.fold(topics.manifests, codec.encode_record("DivergenceManifest", {**example, "incident_id": "x1", "version": 1}))
+    fw.fold(topics.control, codec.encode_typed(HaltCommand(command_id="r", job_id="j", cohort_id="c1", reason="RELEASE",
+                                                           detail="released", issued_ts=3000)))
+    fw.fold(topics.alerts, b"junk")
+    assert fw.undecodable == 1 and fw.book.manifests["x1"][0] == 1
+    assert [job for job, _ in fw.book.manifests["x1"][1]] == ["job-a", "job-d"]
+    ((_k, posted, ends),) = fw.book.postable()
+    assert posted["labels"]["kind"] == "HALT" and ends == 3000

@@ -124,7 +124,7 @@ def story(lines: Iterable[dict[str, Any]], namespace: str = "traintrace") -> lis
             continue
         for em in referee.handle(cohort, event, d["ts"]).emissions:
             if em.topic in ("manifests", "control", "checkpoints"):
-                out += mapper.on_record(em.record, em.value)
+                out += mapper.on_record(em.typed)
     return out
 
 

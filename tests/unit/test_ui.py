@@ -11,6 +11,7 @@ import pytest
 
 from streams.codec import Codec
 from streams.referee.input import fold_batch
+from streams.records import Alert
 from streams.referee.referee import Referee
 from streams.testing.simulate import simulate_pipeline
 from streams.ui.drawing import Drawings
@@ -33,7 +34,7 @@ def fed(log, with_alert: bool = True) -> UIState:
     for rec in log.topic("control"):
         state.add_control(rec)
     if with_alert:
-        state.add_alert({"kind": "INCIDENT_OPENED", "job_id": "A", "message": "hello", "ts": 1})
+        state.add_alert(Alert(alert_id="a1", kind="INCIDENT_OPENED", job_id="A", message="hello", ts=1))
     return state
 
 
