@@ -4,7 +4,10 @@
    confluent-kafka consumer reads and decodes them all (the baseline rate); then ``--workers``
    worker processes route and fold them. The fold rate is measured from the workers'
    ``traintrace_events_folded_total`` between 10% and 90% of the events (start-up excluded).
-   Printed: events/s per worker and fold rate ÷ raw consume+decode rate.
+   Printed: events/s per worker and fold rate ÷ raw consume+decode rate; and the catch-up rate,
+   every event over the time from the workers ready to the last one folded (the 10–90 % window
+   can fall where the two stages take turns: issue 27). ``--profile DIR`` records each worker
+   with py-spy meanwhile and prints where its time went (``bench/profile.py``).
 2. Latency: with the workers caught up, ``--incidents`` small cohorts are set up (A wrote
    A-520 past its coming onset, B consumed it); then A's divergence event is produced and the
    clock runs until the last RollbackCommand of the scope (A and B) is on ``lineage.control``.
@@ -111,11 +114,18 @@ def throughput(bootstrap: str, args, tmp: Path) -> dict:
     workers = [WorkerProcess(bootstrap, prefix, app_id, tmp / f"tw{i}", args.partitions,
                              extra_args=["--loglevel", "warn", *args.worker_args]).start()
                for i in range(args.workers)]
+    profilers = []
     try:
         for w in workers:
             w.wait_ready()
+        if args.profile:
+            from bench.profile import Profiler
+
+            profilers = [Profiler(w.proc.pid, Path(args.profile) / f"worker{i}", flame=True)
+                         for i, w in enumerate(workers)]
         lo, hi = 0.1 * n, 0.9 * n
         t_lo = t_hi = None
+        t_ready = time.perf_counter()
         deadline = time.monotonic() + args.timeout
         while time.monotonic() < deadline:
             f = folded(workers)
@@ -129,13 +139,24 @@ def throughput(bootstrap: str, args, tmp: Path) -> dict:
         if t_lo is None or t_hi is None:
             raise SystemExit("the workers did not fold the events in time")
         rate = (f_hi - f_lo) / (t_hi - t_lo)
+        # the whole backlog, from the workers ready to every event folded: the catch-up rate
+        # (the 10-90 % window above can fall where routing and folding take turns)
+        while folded(workers) < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+        catch_up = n / (time.perf_counter() - t_ready)
+        for i, prof in enumerate(profilers):
+            path = prof.stop()
+            if path is not None:
+                from bench.profile import print_summary, summary
+
+                print_summary(summary(path), f"worker {i} profile ({path}, flame graph {path.with_suffix('.svg')})")
         wait_quiescent(bootstrap, app_id, topics, timeout=args.timeout)
     finally:
         for w in workers:
             w.kill()
     return {"events": n, "jobs": jobs, "partitions": args.partitions, "workers": args.workers,
             "raw_consume_decode_per_s": raw, "fold_per_s": rate, "fold_per_s_per_worker": rate / args.workers,
-            "ratio_fold_over_raw": rate / raw}
+            "ratio_fold_over_raw": rate / raw, "catch_up_per_s": catch_up, "ratio_catch_up_over_raw": catch_up / raw}
 
 
 def incident_events(k: int, t0: int):
@@ -241,6 +262,9 @@ def main() -> None:
                     help="--seals compare / --signing alternate: each round runs the sealed (signed) kind first")
     ap.add_argument("--progress-every", type=int, default=10, help="steps between Progress events")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--profile", metavar="DIR", default=None,
+                    help="record each worker with py-spy during the throughput run (DIR/workerN.txt collapsed "
+                         "stacks, .svg flame graph) and print where its time went (bench/profile.py)")
     ap.add_argument("--snapshots", choices=("on", "compare"), default="on",
                     help="compare: throughput only, --rounds alternated runs of workers without snapshots "
                          "(--snapshot-every 0) and with the default ones (streams.worker.snapshots)")
@@ -420,6 +444,8 @@ def print_report(report: dict, signing: str, title: str | None = None) -> None:
         t.add_row(f"fold rate, {r['workers']} worker(s)", f"{r['fold_per_s']:,.0f} events/s", "")
         t.add_row("events/s per worker", f"{r['fold_per_s_per_worker']:,.0f}", ">= 20,000")
         t.add_row("fold rate / raw consume+decode", f"{r['ratio_fold_over_raw']:.3f}", ">= 0.3")
+        t.add_row("catch-up: all events / (ready -> all folded)",
+                  f"{r['catch_up_per_s']:,.0f} events/s (/ raw {r['ratio_catch_up_over_raw']:.3f})", "")
     r = report["latency"]
     t.add_row("divergence -> last rollback command", f"p50 {r['p50_ms']:.0f} ms, p90 {r['p90_ms']:.0f} ms", "")
     t.add_row("  p99 / max", f"{r['p99_ms']:.0f} ms / {r['max_ms']:.0f} ms ({r['measured']} incidents)",

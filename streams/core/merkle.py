@@ -34,6 +34,7 @@ EMPTY_ROOT = hashlib.sha256(b"").digest()
 
 _LEAF_PREFIX = b"\x00"
 _NODE_PREFIX = b"\x01"
+_sha256 = hashlib.sha256
 
 __all__ = [
     "CompactRange",
@@ -251,7 +252,18 @@ class CompactRange:
 
     def append(self, leaf: bytes) -> None:
         """Append one raw leaf (hashed as SHA-256(0x00 || leaf))."""
-        self.append_hash(leaf_hash(leaf))
+        if type(leaf) is not bytes:
+            self.append_hash(leaf_hash(leaf))
+            return
+        # append_hash inlined for the common case (a fold log appends one leaf per event)
+        h = _sha256(_LEAF_PREFIX + leaf).digest()
+        n = self._size
+        nodes = self._nodes
+        while n & 1:
+            h = _sha256(_NODE_PREFIX + nodes.pop() + h).digest()
+            n >>= 1
+        nodes.append(h)
+        self._size += 1
 
     def append_hash(self, leaf_hash_: bytes) -> None:
         """Append one leaf given by its leaf hash (32 bytes)."""

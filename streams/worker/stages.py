@@ -16,6 +16,7 @@ import asyncio
 import functools
 import logging
 import os
+import time
 from typing import Any, Callable
 
 from confluent_kafka import KafkaException, TopicPartition
@@ -77,6 +78,8 @@ class Stage:
 
     #: what is done with a record (for the log)
     verb = "processing"
+    #: the stage's label in the metrics
+    name = "stage"
 
     def __init__(self, settings: WorkerSettings, topic: str, codec: Codec, outbox: Outbox,
                  lock: asyncio.Lock) -> None:
@@ -94,9 +97,15 @@ class Stage:
         """Process ``records`` of the input in order and flush what they caused; what Faust
         skipped before one of them is read from the topic and processed first."""
         async with self.lock:
+            t0 = time.perf_counter()
             batch = self.begin()
             await self._in_order(records, batch)
+            t1 = time.perf_counter()
             await self.finish(batch)
+            t2 = time.perf_counter()
+        metrics.STAGE_BATCH.labels(self.name).observe(len(records))
+        metrics.STAGE_SECONDS.labels(self.name, "work").observe(t1 - t0)
+        metrics.STAGE_SECONDS.labels(self.name, "flush").observe(t2 - t1)
 
     async def _in_order(self, records: list[RawRecord], batch: Any) -> None:
         loop = asyncio.get_running_loop()
@@ -145,6 +154,7 @@ class RouteStage(Stage):
     to ``lineage.job-cohorts`` (:mod:`streams.worker.jobmap`)."""
 
     verb = "routing"
+    name = "route"
 
     def __init__(self, settings: WorkerSettings, codec: Codec, jobmap: JobCohortMap, outbox: Outbox,
                  lock: asyncio.Lock) -> None:
@@ -182,6 +192,7 @@ class FoldStage(Stage):
     engine per cohort) and publish what it decides."""
 
     verb = "folding"
+    name = "fold"
 
     def __init__(self, settings: WorkerSettings, codec: Codec, referee: Referee, outbox: Outbox,
                  lock: asyncio.Lock) -> None:

@@ -513,3 +513,16 @@ def test_consistency_property(leaves, data):
 def test_verify_never_raises_on_garbage(a, b, proof, r1, r2):
     assert merkle.verify_consistency(a, b, r1, r2, proof) in (True, False)
     assert merkle.verify_inclusion(r1, a, b, proof, r2) in (True, False)
+
+
+def test_compact_range_appends_bytes_and_bytes_like_leaves_alike():
+    """``append`` has an inlined path for ``bytes`` (one leaf per folded event) and the general
+    one for the other bytes-like leaves: both give the batch root, at every size."""
+    leaves = [b"leaf %d" % i for i in range(70)]
+    fast, general = merkle.CompactRange(), merkle.CompactRange()
+    for i, leaf in enumerate(leaves):
+        fast.append(leaf)
+        general.append(bytearray(leaf) if i % 2 else memoryview(leaf))
+        assert fast.root() == general.root() == merkle.root(leaves[:i + 1])
+    with pytest.raises(ValueError):
+        fast.append("not bytes")  # type: ignore[arg-type]
