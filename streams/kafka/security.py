@@ -361,6 +361,11 @@ class ErrorWatch:
         client_logger.log(level, msg, *args, **kwargs)
         if len(args) == 3 and args[0] == "FAIL":
             self.connection_failed(str(args[2]))
+        elif len(args) == 3 and args[0] == "FATAL":
+            # a producer's fatal error (e.g. the idempotent PID request denied): confluent-kafka
+            # sometimes raises it from flush() as a bare SystemError, before or without the
+            # error_cb, so its log line is where the refusal can be read
+            self._keep(refusal(RuntimeError(str(args[2])), self.props, self.bootstrap))
 
     def connection_failed(self, text: str) -> None:
         """One connection failure of the client (librdkafka's ``FAIL`` line ``text``)."""

@@ -104,6 +104,13 @@ class Outbox:
         except Exception as exc:  # a producer's fatal error (e.g. no IDEMPOTENT_WRITE) is raised here,
             # sometimes as a bare SystemError: the error callback has it then
             refused = self.kafka.refusal(exc, operation="WRITE", resource=self._first_topic or "") or self.watch.failure
+            if refused is None and isinstance(exc, SystemError):
+                # no cause attached: the fatal error's log line or error_cb may still be queued
+                try:
+                    self.producer.poll(0)
+                except Exception:  # the same fatal error again
+                    pass
+                refused = self.watch.failure
             if refused is None:
                 raise
             raise refused from exc

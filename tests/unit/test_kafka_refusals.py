@@ -435,3 +435,37 @@ def test_the_workers_outbox_maps_the_fatal_error_of_its_flush(monkeypatch):
     one_line(topic_denied, "WRITE on topic lineage.alerts")
     assert isinstance(security.refusal(KafkaError(KafkaError._AUTHENTICATION, "Authentication failed"), AUDITOR, "b"),
                       KafkaAuthenticationError)
+
+
+class BareSystemErrorProducer(FatalProducer):
+    """The CI case (test_secure): flush() raises a SystemError with no cause ("returned NULL
+    without setting an exception"), the error_cb never runs, and the fatal error is only in the
+    log line librdkafka queues, served by the next poll."""
+
+    def __init__(self, conf: dict) -> None:
+        super().__init__(conf)
+        self.polled = 0
+
+    def poll(self, timeout: float = 0) -> int:
+        self.polled += 1
+        if self.polled > 1:  # send()'s poll(0) ran before the fatal error; the next serves its log line
+            self.conf["logger"].log(logging.CRITICAL, "%s [%s] %s", "FATAL", "rdkafka#producer-1",
+                                    f"[thrd:main]: Fatal error: {PID_DENIED}")
+        return 0
+
+    def flush(self, timeout: float = 0) -> int:
+        raise SystemError("<method 'flush' of 'cimpl.Producer' objects> returned NULL without setting an exception")
+
+
+def test_a_bare_system_error_of_the_flush_is_named_by_the_fatal_log_line(monkeypatch):
+    from streams.codec import Codec
+    from streams.worker.outbox import Outbox
+    from streams.worker.settings import WorkerSettings
+
+    k = KafkaSettings("127.0.0.1:9093", properties=tuple({**AUDITOR, "sasl.password": "pw"}.items()))
+    monkeypatch.setattr(KafkaSettings, "producer", lambda self, **o: BareSystemErrorProducer(self.producer_config(**o)))
+    outbox = Outbox(WorkerSettings(k.bootstrap, kafka=k), Codec())
+    outbox.send("lineage.alerts", b"k", b"v", headers=[])
+    with pytest.raises(KafkaAuthorizationError) as info:
+        asyncio.run(outbox.flush())
+    one_line(info.value, "User:auditor", "IDEMPOTENT_WRITE on cluster kafka-cluster")
