@@ -44,6 +44,7 @@ from streams.worker import metrics, views
 from streams.worker.assignment import Assignment
 from streams.worker.checkpoint_view import CheckpointView
 from streams.worker.clock import InputClock
+from streams.worker.feed import DirectFeed
 from streams.worker.health import Health, Watchdog, guarded
 from streams.worker.housekeeping import Housekeeping
 from streams.worker.jobmap import JobCohortMap
@@ -140,11 +141,16 @@ def create_app(settings: WorkerSettings) -> faust.App:
     async def on_revoked(app_, revoked, **kwargs) -> None:
         await assignment.revoked(revoked)
 
+    feed = DirectFeed(settings, route) if settings.route_feed == "direct" else None
+
     @app.on_partitions_assigned.connect
     async def on_assigned(app_, assigned, **kwargs) -> None:
         await assignment.assigned(assigned)
+        if feed is not None:  # the feed reads these: Faust's fetch of them would only be skipped
+            app.consumer.pause_partitions({tp for tp in assigned if tp.topic == topics.events})
 
-    closers = (clock.close, stalls.close, snapshots.close) + ((sentinel.close,) if sentinel is not None else ())
+    closers = ((clock.close, stalls.close, snapshots.close) + ((sentinel.close,) if sentinel is not None else ())
+               + ((feed.close,) if feed is not None else ()))
     app.on_before_shutdown.connect(lambda *a, **kw: assignment.stop(closers))
 
     # every timer's round is guarded: its exception is counted and told, never a crash of the
@@ -161,6 +167,17 @@ def create_app(settings: WorkerSettings) -> faust.App:
                 await route.process([faust_record(e) for e in batch])
             except Exception as exc:  # never let a batch whose outputs are not out count as done
                 die("route", exc)
+
+    if feed is not None:
+        @app.task
+        async def route_feed() -> None:
+            """Stage one's records in batches from the feed's own consumer (streams.worker.feed)."""
+            try:
+                await feed.run()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # as in the agents: never count unflushed outputs as done
+                die("route-feed", exc)
 
     @app.agent(by_cohort_topic)
     async def decide(stream):
@@ -183,7 +200,8 @@ def create_app(settings: WorkerSettings) -> faust.App:
     @app.timer(interval=2.0)
     async def lag_metrics() -> None:
         async def observe() -> None:
-            lags = metrics.observe_lag(app.consumer, (route.input, fold.input))
+            lags = metrics.observe_lag(app.consumer, (route.input, fold.input),
+                                       highwater=feed.highwater if feed is not None else None)
             if watchdog is not None:
                 watchdog.progress(lags)
 

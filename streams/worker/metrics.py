@@ -158,14 +158,18 @@ def render() -> bytes:
     return generate_latest(REGISTRY)
 
 
-def observe_lag(consumer, inputs: Iterable) -> dict[tuple[str, int], tuple[int, int]]:
+def observe_lag(consumer, inputs: Iterable, highwater=None) -> dict[tuple[str, int], tuple[int, int]]:
     """``traintrace_consumer_lag_records`` of each owned partition of ``inputs``
     (:class:`~streams.worker.positions.InputPartitions`), from the high watermarks Faust's
-    ``consumer`` knows; returns (topic, partition) -> (position, lag) for the watchdog."""
+    ``consumer`` knows, or ``highwater(topic, partition)`` where that knows one (the route
+    stage's feed: Faust does not fetch those partitions); returns (topic, partition) ->
+    (position, lag) for the watchdog."""
     out: dict[tuple[str, int], tuple[int, int]] = {}
     try:
         for tp in consumer.assignment():
-            hw = consumer.highwater(tp)
+            hw = highwater(tp.topic, tp.partition) if highwater is not None else None
+            if hw is None:
+                hw = consumer.highwater(tp)
             for inp in inputs:
                 if tp.topic == inp.topic and tp.partition in inp.owned:
                     pos = inp.position.get(tp.partition, 0)

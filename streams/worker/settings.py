@@ -77,6 +77,10 @@ WORKER_SETTINGS: tuple[Setting, ...] = (
             "a wedged worker is restarted by its supervisor; 0: off.", minimum=0),
     SETTLE_HORIZON,
     COHORT_HORIZONS,
+    Setting("--route-feed", "TRAINTRACE_ROUTE_FEED", ("direct", "faust"), "direct",
+            "How the route stage gets the records of lineage.events: direct, in batches from a consumer of its own "
+            "(Faust keeps the group and the assignment, its fetch of those partitions paused), or faust, one by one "
+            "through Faust's stream (streams.worker.feed)."),
     Setting("--retention-interval", "TRAINTRACE_RETENTION_INTERVAL", float, 5.0,
             "With a settle horizon: at most one retention decision per cohort this often (seconds of the input "
             "watermark), each a clock tick in the cohort's input so that replays and audits decide the same.",
@@ -160,6 +164,8 @@ class WorkerSettings:
     settle_horizon_ms: int | None = None
     cohort_horizons_ms: dict[str, int | None] = field(default_factory=dict)
     retention_interval_s: float = 5.0
+    #: the route stage's records: "direct" (streams.worker.feed) or "faust" (its stream)
+    route_feed: str = "direct"
     #: batching of the agents (Stream.take_events)
     batch_max: int = 2000
     batch_within_s: float = 0.01
@@ -224,6 +230,7 @@ class WorkerSettings:
             evict_settled=values["evict_settled"], kafka=kafka,
             settle_horizon_ms=None if horizon is None else int(horizon * 1000),
             cohort_horizons_ms=cohort_horizons, retention_interval_s=values["retention_interval"],
+            route_feed=values["route_feed"],
         )
 
     @classmethod

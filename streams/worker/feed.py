@@ -1,0 +1,111 @@
+"""The route stage's records read by a confluent-kafka consumer of its own (issue 27).
+
+Faust delivers every record of ``lineage.events`` one by one through its fetcher, conductor,
+``Event`` and stream: on a backlog that machinery, not the routing, is what the worker spends
+its core on (docs/benchmarks.md). The feed takes the records of the events partitions the
+worker owns in batches from one confluent-kafka consumer (assigned by hand, no group: Faust keeps
+the group, the assignment and the commits) and hands them to :meth:`Stage.process
+<streams.worker.stages.Stage.process>`, while Faust's own fetch of those partitions is paused.
+
+Nothing about correctness rests on the feed: ``Stage.process`` takes only the next record of a
+partition the worker owns, skips what it has seen or no longer owns, and reads a gap from the
+topic first. So the feed only follows where the stage is: before each batch, a partition whose
+position is not where the feed's consumer stands (a new assignment, a takeover, records the
+stall watch or Faust processed) is sought to the stage's position.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from streams.kafka.retry import is_transient
+from streams.worker.clock import now_ms
+from streams.worker.router import RawRecord
+from streams.worker.settings import WorkerSettings
+
+log = logging.getLogger("traintrace.worker")
+
+#: records one consume() returns at most
+FEED_BATCH = 2000
+#: seconds one consume() waits for its first record
+FEED_WAIT_S = 0.02
+
+
+class DirectFeed:
+    def __init__(self, settings: WorkerSettings, stage: Any, batch: int = FEED_BATCH) -> None:
+        self.stage = stage
+        self.batch = batch
+        self.consumer = settings.kafka.consumer(
+            f"{settings.app_id}-feed", **{"enable.auto.commit": False, "enable.partition.eof": False,
+                                          "fetch.wait.max.ms": 10})
+        #: partition -> the offset the consumer delivers next
+        self.at: dict[int, int] = {}
+        self.errors = 0
+
+    def close(self) -> None:
+        self.consumer.close()
+
+    def highwater(self, topic: str, partition: int) -> int | None:
+        """The high watermark of an events partition the feed reads, as its last fetch saw it
+        (None: another topic, or none known yet). No broker call."""
+        if topic != self.stage.topic or partition not in self.at:
+            return None
+        tp = TopicPartition(topic, partition)
+        try:
+            _low, high = self.consumer.get_watermark_offsets(tp, cached=True)  # retried: cached, no broker call
+        except KafkaException:
+            return None
+        return high if high >= 0 else None
+
+    def _follow(self) -> None:
+        """Seek the consumer to the stage's positions where they differ (or were revoked)."""
+        inp = self.stage.input
+        want = {p: inp.position[p] for p in inp.owned if p in inp.position}
+        if want == self.at:
+            return
+        self.consumer.assign([TopicPartition(inp.topic, p, o) for p, o in sorted(want.items())])
+        self.at = dict(want)
+
+    def _consume(self) -> list[RawRecord]:
+        """One batch of records (runs in an executor thread)."""
+        out = []
+        for m in self.consumer.consume(self.batch, FEED_WAIT_S):
+            err = m.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    self._error(KafkaException(err))
+                continue
+            ts = m.timestamp()[1]
+            out.append(RawRecord(m.topic(), m.partition(), m.offset(), m.key(), m.value(),
+                                 ts if ts > 0 else now_ms(), m.headers()))
+        return out
+
+    def _error(self, exc: KafkaException) -> None:
+        self.errors += 1
+        if self.errors == 1 or self.errors % 1000 == 0:
+            log.warning("feed of %s: %s (%d error(s) so far; %s)", self.stage.topic, exc, self.errors,
+                        "retried" if is_transient(exc) else "the stall watch reads what waits")
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            self._follow()
+            if not self.at:
+                await asyncio.sleep(0.1)
+                continue
+            try:
+                records = await loop.run_in_executor(None, self._consume)
+            except KafkaException as exc:  # retried: the next round consumes again
+                self._error(exc)
+                await asyncio.sleep(0.5)
+                continue
+            if not records:
+                continue
+            for r in records:
+                if self.at.get(r.partition, -1) <= r.offset:
+                    self.at[r.partition] = r.offset + 1
+            await self.stage.process(records)
