@@ -77,7 +77,7 @@ WORKER_SETTINGS: tuple[Setting, ...] = (
             "a wedged worker is restarted by its supervisor; 0: off.", minimum=0),
     SETTLE_HORIZON,
     COHORT_HORIZONS,
-    Setting("--route-feed", "TRAINTRACE_ROUTE_FEED", ("direct", "faust"), "faust",
+    Setting("--route-feed", "TRAINTRACE_ROUTE_FEED", ("direct", "faust"), "direct",
             "How the route stage gets the records of lineage.events: direct, in batches from a consumer of its own "
             "(Faust keeps the group and the assignment, its fetch of those partitions paused), or faust, one by one "
             "through Faust's stream (streams.worker.feed)."),
@@ -165,7 +165,7 @@ class WorkerSettings:
     cohort_horizons_ms: dict[str, int | None] = field(default_factory=dict)
     retention_interval_s: float = 5.0
     #: the route stage's records: "direct" (streams.worker.feed) or "faust" (its stream)
-    route_feed: str = "faust"
+    route_feed: str = "direct"
     #: batching of the agents (Stream.take_events)
     batch_max: int = 2000
     batch_within_s: float = 0.01

@@ -101,7 +101,7 @@ CASES = {
     "settle_horizon": ("600", lambda s: s.settle_horizon_ms, 600_000),
     "cohort_settle_horizons": ("a=60,b=none", lambda s: s.cohort_horizons_ms, {"a": 60_000, "b": None}),
     "retention_interval": ("2", lambda s: s.retention_interval_s, 2.0),
-    "route_feed": ("direct", lambda s: s.route_feed, "direct"),
+    "route_feed": ("faust", lambda s: s.route_feed, "faust"),
 }
 DEFAULTS = {  # what the worker makes of an option's default
     "data_dir": Path(".traintrace/worker-6066"), "store": "rocksdb://", "grace_seconds": 30000,
