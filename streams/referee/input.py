@@ -51,9 +51,51 @@ def read_batch(codec: Codec, value: bytes | None) -> Batch:
     return Batch(cohort, events)
 
 
-def parse_routed(codec: Codec, routed: dict[str, Any]) -> Event:
-    """The event a RoutedEvent carries; raises DecodeError or InvalidEvent (both ValueError)."""
+def parse_routed(codec: Codec, routed: dict[str, Any], parsed: "ParsedEvents | None" = None) -> Event:
+    """The event a RoutedEvent carries; raises DecodeError or InvalidEvent (both ValueError).
+    With ``parsed``, an event the router of this process already parsed from the same bytes is
+    taken from there instead of being decoded a second time."""
+    if parsed is not None:
+        event = parsed.take(routed)
+        if event is not None:
+            return event
     return parse_event(codec.decode_event(routed["value"]))
+
+
+class ParsedEvents:
+    """The events the route stage of this process parsed, by their position on
+    ``lineage.events``, handed to its fold stage so an event is decoded once (issue 27).
+
+    An entry is taken only for the very same bytes (``RoutedEvent.value``): decoding is a pure
+    function of the bytes, so the event taken is the event a decode would give, and a replay
+    (which has no such hand-off) folds the same. At most ``limit`` entries are held, the oldest
+    dropped first; an entry a fold never asks for (another worker folds that cohort, a partition
+    moved) is dropped in its turn; a miss only costs the decode."""
+
+    __slots__ = ("limit", "_held", "hits", "misses")
+
+    def __init__(self, limit: int = 20_000) -> None:
+        self.limit = limit
+        self._held: dict[tuple[int, int], tuple[bytes, Event]] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def put(self, partition: int, offset: int, value: bytes, event: Event) -> None:
+        held = self._held
+        held[(partition, offset)] = (value, event)
+        if len(held) > self.limit:
+            del held[next(iter(held))]
+
+    def take(self, routed: dict[str, Any]) -> Event | None:
+        entry = self._held.pop((routed["partition"], routed["offset"]), None)
+        if entry is None or entry[0] != routed["value"]:
+            self.misses += 1
+            return None
+        self.hits += 1
+        return entry[1]
 
 
 #: reject(routed event or None for the whole record, reason, error kind): what could not be folded
@@ -61,14 +103,16 @@ Reject = Callable[[dict[str, Any] | None, str, str], None]
 
 
 def fold_batch(codec: Codec, referee: Referee, value: bytes | None, partition: int, offset: int, ts: int,
-               publish: bool, on_reject: Reject | None = None) -> tuple[int, list[Emission]]:
+               publish: bool, on_reject: Reject | None = None,
+               parsed: ParsedEvents | None = None) -> tuple[int, list[Emission]]:
     """Fold the input record at ``partition``/``offset`` (its timestamp ``ts`` is the processor's
     clock for it) into ``referee``; return (events folded, records to publish: none unless
     ``publish``). What cannot be folded is told to ``on_reject``: an undecodable record
     (``BAD_BATCH``), an event that does not parse (``INVALID_EVENT``), one the fold rejects
     (its guard's first reason), one the seal gate refuses (``FORGED_EVENT``, ``UNSIGNED_JOB``,
     ``KEY_NOT_ISSUED``: :mod:`streams.core.seals`) — possibly an event held from an earlier
-    record, told with that record's routed event."""
+    record, told with that record's routed event. ``parsed``: events this process's router
+    parsed already (:class:`ParsedEvents`)."""
     try:
         batch = read_batch(codec, value)
     except BadBatch as exc:
@@ -84,7 +128,7 @@ def fold_batch(codec: Codec, referee: Referee, value: bytes | None, partition: i
     n = 0
     for routed in batch.events:
         try:
-            event = parse_routed(codec, routed)
+            event = parse_routed(codec, routed, parsed)
         except (DecodeError, InvalidEvent) as exc:
             if on_reject is not None:
                 on_reject(routed, str(exc), "INVALID_EVENT")

@@ -39,6 +39,7 @@ import faust
 from faust.types import TP
 
 from streams.codec import Codec
+from streams.referee.input import ParsedEvents
 from streams.referee.referee import Referee
 from streams.worker import metrics, views
 from streams.worker.assignment import Assignment
@@ -117,8 +118,9 @@ def create_app(settings: WorkerSettings) -> faust.App:
     ckview = CheckpointView(settings, codec)
     clock = InputClock(settings.kafka, topics.events, settings.app_id)
     jobmap = JobCohortMap()  # job_id -> cohort_id, kept in lineage.job-cohorts
-    route = RouteStage(settings, codec, jobmap, outbox, asyncio.Lock())  # the router
-    fold = FoldStage(settings, codec, referee, outbox, asyncio.Lock())  # the fold (decide agent, timers)
+    parsed = ParsedEvents()  # the router's parsed events, handed to the fold: one decode an event
+    route = RouteStage(settings, codec, jobmap, outbox, asyncio.Lock(), parsed)  # the router
+    fold = FoldStage(settings, codec, referee, outbox, asyncio.Lock(), parsed)  # the fold (decide agent, timers)
     snapshots = SnapshotStore(settings, codec, referee, signer)  # lineage.snapshots
     assignment = Assignment(settings, route, fold,
                             Takeover(settings, codec, referee, outbox, fold.input.position, snapshots),

@@ -17,6 +17,7 @@ from streams.codec import Codec, DecodeError
 from streams.core.cohorts import CohortRouter
 from streams.core.errors import InvalidEvent
 from streams.core.events import parse_event
+from streams.referee.input import ParsedEvents
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +66,11 @@ def dead_letter(rec: RawRecord, error_kind: str, reason: str, now_ms: int) -> De
 
 
 class Router:
-    def __init__(self, codec: Codec, cohort_of: MutableMapping[str, str]) -> None:
+    def __init__(self, codec: Codec, cohort_of: MutableMapping[str, str], parsed: ParsedEvents | None = None) -> None:
         self.codec = codec
         self.cohorts = CohortRouter(cohort_of)
+        #: where the events it routes are handed, parsed, to this process's fold (None: nowhere)
+        self.parsed = parsed
 
     def route(self, records: Sequence[RawRecord], now_ms: int) -> Routed:
         out = Routed()
@@ -94,6 +97,8 @@ class Router:
                 now_ms))
             return
         cohort = self.cohorts.route(event)
+        if self.parsed is not None and rec.value is not None:
+            self.parsed.put(rec.partition, rec.offset, rec.value, event)
         out.batches.setdefault(cohort, []).append(
             {"partition": rec.partition, "offset": rec.offset, "value": rec.value})
         out.events += 1

@@ -24,7 +24,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from streams.codec import Codec, DecodeError
 from streams.kafka.errors import KafkaSecurityError
 from streams.kafka.reader import ReaderError, read_range
-from streams.referee.input import fold_batch
+from streams.referee.input import ParsedEvents, fold_batch
 from streams.referee.records import Emission
 from streams.referee.referee import Referee
 from streams.worker import metrics
@@ -157,10 +157,10 @@ class RouteStage(Stage):
     name = "route"
 
     def __init__(self, settings: WorkerSettings, codec: Codec, jobmap: JobCohortMap, outbox: Outbox,
-                 lock: asyncio.Lock) -> None:
+                 lock: asyncio.Lock, parsed: ParsedEvents | None = None) -> None:
         super().__init__(settings, settings.topics.events, codec, outbox, lock)
         self.jobmap = jobmap
-        self.router = Router(codec, jobmap)
+        self.router = Router(codec, jobmap, parsed)
 
     def begin(self) -> tuple[Routed, int]:
         return Routed(), now_ms()
@@ -195,9 +195,11 @@ class FoldStage(Stage):
     name = "fold"
 
     def __init__(self, settings: WorkerSettings, codec: Codec, referee: Referee, outbox: Outbox,
-                 lock: asyncio.Lock) -> None:
+                 lock: asyncio.Lock, parsed: ParsedEvents | None = None) -> None:
         super().__init__(settings, settings.topics.by_cohort, codec, outbox, lock)
         self.referee = referee
+        #: the events the route stage of this worker parsed already (decoded once, issue 27)
+        self.parsed = parsed
         #: partition -> events folded since the last snapshot round (streams.worker.snapshots)
         self.folded: dict[int, int] = {}
 
@@ -211,7 +213,7 @@ class FoldStage(Stage):
         # the processor's time of these events is their input record's timestamp (the
         # router's clock), as in a replay: what it decides is reproducible from the log
         n, emissions = fold_batch(self.codec, self.referee, rec.value, rec.partition, rec.offset,
-                                  rec.timestamp or now_ms(), True, functools.partial(self._reject, rec))
+                                  rec.timestamp or now_ms(), True, functools.partial(self._reject, rec), self.parsed)
         out.extend(emissions)
         self.folded[rec.partition] = self.folded.get(rec.partition, 0) + max(n, 1)  # a tick counts too
         metrics.FOLDED.inc(n)
