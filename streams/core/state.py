@@ -17,7 +17,6 @@ Verdicts, incident membership and plans are projections of this state: see
 from __future__ import annotations
 
 import math
-import statistics
 from array import array
 from bisect import bisect_left
 from dataclasses import dataclass
@@ -48,6 +47,15 @@ HALT_REASONS = (
 HALT_RANK = {r: i for i, r in enumerate(HALT_REASONS)}
 
 INF = math.inf
+
+
+def _median(values: Sequence[float]) -> float:
+    """:func:`statistics.median`, without its generic checks (this runs for every Progress
+    with a loss once the window is full): the middle value, or the mean of the two middle ones."""
+    s = sorted(values)
+    n = len(s)
+    m = n // 2
+    return s[m] if n % 2 else (s[m - 1] + s[m]) / 2
 
 SourceKey = tuple[str, int]  # a diverged incarnation: (job_id, incarnation)
 IncKey = tuple[str, int]
@@ -416,7 +424,7 @@ class LineageState:
         if (loss is not None and not math.isfinite(loss)) or (gn is not None and not math.isfinite(gn)):
             flagged = True
         elif loss is not None and len(inc.window) >= cfg.window \
-                and loss > cfg.spike_factor * statistics.median(inc.window):
+                and loss > cfg.spike_factor * _median(inc.window):
             flagged = True
         if flagged:
             del inc.window[:]

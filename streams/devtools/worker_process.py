@@ -89,6 +89,10 @@ class WorkerProcess:
                 time.sleep(0.3)
         raise TimeoutError(f"worker on port {self.web_port} not ready after {timeout}s:\n{self.log_tail()}")
 
+    def owned(self) -> dict[str, list[int]]:
+        """The input partitions the worker processes now, by stage (``/health``)."""
+        return self.get("/health", timeout=2.0).get("partitions", {})
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
@@ -175,3 +179,19 @@ def produce_events(kafka: KafkaSettings | str, topic: str, events, codec=None) -
             p.poll(0)
     p.flush(60)
     return n
+
+
+def wait_assigned(workers: list[WorkerProcess], partitions: int, timeout: float = 90.0) -> None:
+    """Until ``workers`` together process every partition of both input stages (their group's
+    assignment taken over): a measure that starts before would time the group's join."""
+    deadline = time.monotonic() + timeout
+    want = set(range(partitions))
+    while time.monotonic() < deadline:
+        try:
+            seen = [w.owned() for w in workers]
+        except OSError:
+            seen = []
+        if seen and all({p for o in seen for p in o.get(stage, ())} == want for stage in ("events", "by_cohort")):
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"the workers did not take over all {partitions} partitions of both stages in {timeout:.0f}s")

@@ -224,7 +224,8 @@ def create_app(settings: WorkerSettings) -> faust.App:
             watchdog.beat()
             watchdog.start()
 
-    views.register(app, referee, ckview, fold.lock, health)
+    views.register(app, referee, ckview, fold.lock, health,
+                   owned=lambda: {"events": sorted(route.input.owned), "by_cohort": sorted(fold.input.owned)})
     _exit_on_crash(app, health)
     return app
 

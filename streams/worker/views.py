@@ -27,7 +27,8 @@ def _job_view(cohort: str, job) -> dict[str, Any]:
     }
 
 
-def register(app, referee, ckview, lock, health=None) -> None:
+def register(app, referee, ckview, lock, health=None, owned=None) -> None:
+    """``owned``: a callable giving the input partitions this worker processes, by stage."""
     @app.page("/jobs")
     async def jobs(web, request):
         async with lock:
@@ -80,4 +81,6 @@ def register(app, referee, ckview, lock, health=None) -> None:
         (stopping after a crash: HTTP 503, restart it). See streams.worker.health."""
         out = {"ok": True, "state": "ready"} if health is None else health.view()
         out.update(cohorts=len(referee.engines), events=referee.stats.events)
+        if owned is not None:  # what it processes now: nothing until its first assignment is taken over
+            out["partitions"] = owned()
         return web.json(out, status=503 if out["state"] == "dead" else 200)

@@ -21,7 +21,7 @@ from streams.operator_commands.plans import effective_plans
 from streams.operator_commands.publish import publish_file
 from streams.testing.invariants import assert_commands_consistent, assert_live_equals_offline
 from streams.testing.cohort import generate_cohorts
-from streams.devtools.worker_process import wait_quiescent
+from streams.devtools.worker_process import wait_assigned, wait_quiescent
 from tests.unit.vectors import scenarios_dir
 
 CODEC = Codec()
@@ -102,6 +102,10 @@ def test_kill_9_a_worker_mid_stream_and_restart(pipeline, kafka_bootstrap, tmp_p
     workers[0].start()
     workers[0].wait_ready()
     wait_quiescent(kafka_bootstrap, app_id, topics, timeout=240)
+    wait_assigned(workers, 4)  # the two workers' /health: every partition of both stages, once
+    owned = [w.owned() for w in workers]
+    for stage in ("events", "by_cohort"):
+        assert sorted(p for o in owned for p in o[stage]) == [0, 1, 2, 3], owned
     offline = analyze_file(str(log)).result
     assert offline["plans"], "the generated stream should need plans"
     assert_live_equals_offline(kafka_bootstrap, topics, offline)
@@ -145,4 +149,7 @@ def test_poison_and_invalid_events_go_to_the_dlq_and_the_worker_stays_up(pipelin
     # and the valid events were all folded: the worked example's two plans
     plans = effective_plans(kafka_bootstrap, topics, CODEC)["plans"]
     assert [p["job_id"] for p in plans] == ["A", "B"]
-    assert workers[0].get("/health")["ok"]
+    health = workers[0].get("/health")
+    assert health["ok"]
+    # /health says what it processes: both input stages' partitions, taken over
+    assert health["partitions"] == {"events": [0, 1], "by_cohort": [0, 1]}

@@ -126,3 +126,16 @@ def test_progress_without_a_loss_feeds_no_spike_rule():
 def test_progress_without_a_loss_still_diverges_on_a_non_finite_grad_norm():
     c = Cohort().start("A").progress("A", 100, loss=None).progress("A", 200, loss=None, grad_norm=NAN)
     assert roots(analyze(c.events)) == [("A", 0, 200, "INTERNAL")]
+
+
+def test_the_spike_rules_median_is_statistics_median():
+    import random
+    import statistics
+
+    from streams.core.state import _median
+
+    r = random.Random(1)
+    for n in range(1, 30):
+        for _ in range(40):
+            xs = [r.choice([r.random(), r.randint(-5, 5) * 1.0, 1e308, -0.0, 0.1]) for _ in range(n)]
+            assert _median(xs) == statistics.median(xs), xs
