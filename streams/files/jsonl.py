@@ -7,7 +7,6 @@ file, the line number and the field, so the CLI can print it or skip it.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,20 +22,39 @@ except ImportError:  # pragma: no cover - depends on the install
     _fast_loads = None
 
 
-#: 19 digits in a row: maybe an integer past 64 bits, which orjson reads as a float
-_LONG_DIGITS = re.compile(r"[0-9]{19}")
+#: orjson reads an integer past 64 bits as a float: a float this large may have been one
+_INT_EDGE = 9.2e18
+
+
+def _as_json_reads(value: object) -> bool:
+    """Whether orjson's ``value`` of an event line is surely what ``json.loads`` gives: a flat
+    object with no float as large as an integer past 64 bits (orjson reads those as floats)."""
+    if type(value) is not dict:
+        return False
+    for v in value.values():
+        t = type(v)
+        if t is float:
+            if not -_INT_EDGE < v < _INT_EDGE:
+                return False
+        elif t is dict or t is list:
+            return False
+    return True
 
 
 def parse_line(line: str) -> object:
     """One line's JSON value, as :func:`json.loads` gives it. orjson, where installed, parses
-    what both read the same; the rest goes to :func:`json.loads`, whose answer, or error,
-    stands: what orjson refuses (``NaN``, lone surrogates, real errors) and a line with 19
-    digits in a row (an integer past 64 bits, which orjson would read as a float)."""
-    if _fast_loads is not None and _LONG_DIGITS.search(line) is None:
+    a flat object (an event) and its value is taken when it is surely the same; everything
+    else goes to :func:`json.loads`, whose answer, or error, stands: what orjson refuses
+    (``NaN``, lone surrogates, real errors), nested values, and a float that may have been an
+    integer past 64 bits."""
+    if _fast_loads is not None:
         try:
-            return _fast_loads(line)
+            value = _fast_loads(line)
         except ValueError:
             pass
+        else:
+            if _as_json_reads(value):
+                return value
     return json.loads(line)
 
 
