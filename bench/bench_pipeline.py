@@ -138,7 +138,7 @@ def throughput(bootstrap: str, args, tmp: Path) -> dict:
             if f >= hi:
                 t_hi, f_hi = now, f
                 break
-            time.sleep(0.05)
+            time.sleep(0.2)  # /metrics read less often: the bench must not load the worker it measures
         if t_lo is None or t_hi is None:
             raise SystemExit("the workers did not fold the events in time")
         rate = (f_hi - f_lo) / (t_hi - t_lo)
@@ -146,7 +146,7 @@ def throughput(bootstrap: str, args, tmp: Path) -> dict:
         # catch-up rate (the 10-90 % window above can fall where routing and folding take turns;
         # the group's join before it is start-up, quoted apart)
         while folded(workers) < n and time.monotonic() < deadline:
-            time.sleep(0.05)
+            time.sleep(0.2)
         catch_up = (n - f_ready) / (time.perf_counter() - t_ready)
         join_s = t_ready - t_started
         for i, prof in enumerate(profilers):
@@ -289,6 +289,9 @@ def main() -> None:
     ap.add_argument("--snapshots", choices=("on", "compare"), default="on",
                     help="compare: throughput only, --rounds alternated runs of workers without snapshots "
                          "(--snapshot-every 0) and with the default ones (streams.worker.snapshots)")
+    ap.add_argument("--compare-worker-args", type=str.split, default=None, metavar="'ARGS'",
+                    help="throughput only: --rounds alternated runs of workers with the default arguments and with "
+                         "these added (e.g. --compare-worker-args='--fold-feed faust')")
     ap.add_argument("--cluster", choices=("one", "three", "compare"), default="one",
                     help="the local broker(s) started when --bootstrap is not given: one node, a three-node "
                          "cluster (topics replicated 3 times, min.insync.replicas 2, acks=all), or both one "
@@ -296,7 +299,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.cluster == "compare":
         return compare_clusters(args)
-    if args.seals == "compare" or args.signing == "alternate" or args.snapshots == "compare":
+    if args.seals == "compare" or args.signing == "alternate" or args.snapshots == "compare" \
+            or args.compare_worker_args:
         return alternate(args)
 
     broker = None
@@ -369,6 +373,7 @@ def alternate(args) -> None:
     of a process on a broker that holds the first's topics) cannot pass for the cost."""
     signing = args.signing == "alternate"
     snapshots = args.snapshots == "compare"
+    other = " ".join(args.compare_worker_args or ())
     broker = None
     bootstrap = args.bootstrap
     if bootstrap is None:
@@ -378,7 +383,8 @@ def alternate(args) -> None:
         bootstrap = broker.start()
     rates: dict[str, list[float]] = {"base": [], "cost": []}
     raw: list[float] = []
-    label = ({"base": "no snapshots", "cost": "snapshots   "} if snapshots else
+    label = ({"base": "default", "cost": other} if other else
+             {"base": "no snapshots", "cost": "snapshots   "} if snapshots else
              {"base": "unsigned" if signing else "plain ", "cost": "signed  " if signing else "sealed"})
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -387,7 +393,11 @@ def alternate(args) -> None:
                     d = Path(tmp) / f"{kind}{i}"
                     d.mkdir()
                     run = argparse.Namespace(**vars(args))
-                    if snapshots:
+                    if other:
+                        run.seals = "off"
+                        if kind == "cost":
+                            run.worker_args = [*args.worker_args, *args.compare_worker_args]
+                    elif snapshots:
                         run.seals = "off"
                         if kind == "base":
                             run.worker_args = [*args.worker_args, "--snapshot-every", "0"]
@@ -409,7 +419,7 @@ def alternate(args) -> None:
         if broker is not None:
             broker.stop()
     ratios = [c / b for b, c in zip(rates["base"], rates["cost"])]
-    what = "with snapshots / without" if snapshots else "signed / unsigned" if signing else "sealed / plain"
+    what = f"{other} / default" if other else "with snapshots / without" if snapshots else "signed / unsigned" if signing else "sealed / plain"
     report = {"compared": what, "base_per_worker": rates["base"], "cost_per_worker": rates["cost"],
               "pair_ratios": ratios, "median_ratio": statistics.median(ratios), "seal_every": args.seal_every,
               "progress_every": args.progress_every, "raw_consume_decode_per_s": statistics.median(raw)}
@@ -417,8 +427,8 @@ def alternate(args) -> None:
         print(json.dumps(report, indent=2))
         return
     print(f"{what} events/s per worker: pairs {', '.join(f'x{r:.3f}' for r in ratios)}; "
-          f"median x{report['median_ratio']:.3f} (goal >= x{0.9 if snapshots else 0.95})"
-          + ("" if signing or snapshots else
+          f"median x{report['median_ratio']:.3f}" + ("" if other else f" (goal >= x{0.9 if snapshots else 0.95})")
+          + ("" if signing or snapshots or other else
              f"; seal every {args.seal_every}, Progress every {args.progress_every} step(s)"))
 
 

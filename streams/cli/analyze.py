@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import json
+import os
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
@@ -41,8 +42,12 @@ def _parse_as_of(ctx: click.Context, param: click.Parameter, value: str | None) 
 @click.option("--grace-seconds", type=click.FloatRange(min=0), default=None,
               help="With --as-of: a consumption unresolved for this long at TIME halts its job "
                    "(the live referee's grace period). Default: only list unresolved sources.")
+@click.option("--processes", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Fold a large file in N processes at once, whole cohorts each (the same answer). "
+                   "Default: the processors this process may use.")
 @core_options
 def analyze(file: str, as_json: bool, skip_invalid: bool, as_of_ms: int | None, grace_seconds: float | None,
+            processes: int | None,
             window: int, spike_factor: float, taint_margin: int, require_sealed_events: bool = False,
             job_keys: Path | None = None) -> None:
     """Fold the events of FILE (JSON Lines, '-' for stdin) and print incidents, plans, halts.
@@ -65,7 +70,8 @@ def analyze(file: str, as_json: bool, skip_invalid: bool, as_of_ms: int | None, 
     from streams.audit.analyze import analyze_file
 
     with _read_errors(file), _fold_progress(file != "-" and err_console.is_terminal and not as_json) as progress:
-        analysis = analyze_file(file, config, skip_invalid=skip_invalid, progress=progress)
+        analysis = analyze_file(file, config, skip_invalid=skip_invalid, progress=progress,
+                                processes=processes or len(os.sched_getaffinity(0)))
     _print_skipped(analysis.skipped)
     if as_json:
         click.echo(json.dumps(analysis.result, indent=2, sort_keys=True))

@@ -86,31 +86,45 @@ def open_text(path: str) -> IO[str]:
     return open(Path(path), "r", encoding="utf-8", errors="surrogateescape")
 
 
+def line_data(name: str, lineno: int, line: str) -> object:
+    """One non-blank line's JSON value, or the :class:`LineError` of a line that is not UTF-8
+    text or not JSON."""
+    if not line.isascii():
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            bad = line[exc.start].encode("utf-8", "surrogateescape")
+            return LineError(name, lineno, None, f"not UTF-8 text (byte 0x{bad.hex()} at column {exc.start + 1}); "
+                             "expected JSON Lines (or an archive of `traintrace export`)")
+    try:
+        return parse_line(line)
+    except json.JSONDecodeError as exc:
+        return LineError(name, lineno, None, f"not valid JSON: {exc.msg} at column {exc.colno}")
+
+
+def event_of(name: str, lineno: int, data: object) -> Event | LineError:
+    """The event a line's JSON value holds, or the :class:`LineError` saying why it holds none."""
+    if isinstance(data, LineError):
+        return data
+    try:
+        return parse_event(data)
+    except InvalidEvent as exc:
+        return LineError(name, lineno, exc.field, exc.reason)
+
+
+def display_name(path: str) -> str:
+    return "<stdin>" if path == "-" else path
+
+
 def read_events(path: str, handle: IO[str] | None = None) -> Iterator[Event | LineError]:
     """Yield each line's event, or a LineError for a line that is not a valid event."""
-    name = "<stdin>" if path == "-" else path
+    name = display_name(path)
     fh = handle if handle is not None else open_text(path)
     try:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
-            if not line.isascii():
-                try:
-                    line.encode("utf-8")
-                except UnicodeEncodeError as exc:
-                    bad = line[exc.start].encode("utf-8", "surrogateescape")
-                    yield LineError(name, lineno, None, f"not UTF-8 text (byte 0x{bad.hex()} at column {exc.start + 1}); "
-                                    "expected JSON Lines (or an archive of `traintrace export`)")
-                    continue
-            try:
-                data = parse_line(line)
-            except json.JSONDecodeError as exc:
-                yield LineError(name, lineno, None, f"not valid JSON: {exc.msg} at column {exc.colno}")
-                continue
-            try:
-                yield parse_event(data)
-            except InvalidEvent as exc:
-                yield LineError(name, lineno, exc.field, exc.reason)
+            yield event_of(name, lineno, line_data(name, lineno, line))
     finally:
         if handle is None and fh is not sys.stdin:
             fh.close()

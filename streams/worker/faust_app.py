@@ -143,16 +143,18 @@ def create_app(settings: WorkerSettings) -> faust.App:
     async def on_revoked(app_, revoked, **kwargs) -> None:
         await assignment.revoked(revoked)
 
-    feed = DirectFeed(settings, route) if settings.route_feed == "direct" else None
+    feeds = ([DirectFeed(settings, route)] if settings.route_feed == "direct" else []) \
+        + ([DirectFeed(settings, fold)] if settings.fold_feed == "direct" else [])
+    fed = {f.stage.topic for f in feeds}
 
     @app.on_partitions_assigned.connect
     async def on_assigned(app_, assigned, **kwargs) -> None:
         await assignment.assigned(assigned)
-        if feed is not None:  # the feed reads these: Faust's fetch of them would only be skipped
-            app.consumer.pause_partitions({tp for tp in assigned if tp.topic == topics.events})
+        if fed:  # the feeds read these: Faust's fetch of them would only be skipped
+            app.consumer.pause_partitions({tp for tp in assigned if tp.topic in fed})
 
     closers = ((clock.close, stalls.close, snapshots.close) + ((sentinel.close,) if sentinel is not None else ())
-               + ((feed.close,) if feed is not None else ()))
+               + tuple(f.close for f in feeds))
     app.on_before_shutdown.connect(lambda *a, **kw: assignment.stop(closers))
 
     # every timer's round is guarded: its exception is counted and told, never a crash of the
@@ -170,16 +172,29 @@ def create_app(settings: WorkerSettings) -> faust.App:
             except Exception as exc:  # never let a batch whose outputs are not out count as done
                 die("route", exc)
 
-    if feed is not None:
-        @app.task
-        async def route_feed() -> None:
-            """Stage one's records in batches from the feed's own consumer (streams.worker.feed)."""
+    def feed_task(feed: DirectFeed) -> None:
+        async def run_feed() -> None:
+            """A stage's records in batches from the feed's own consumer (streams.worker.feed)."""
             try:
                 await feed.run()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # as in the agents: never count unflushed outputs as done
-                die("route-feed", exc)
+                die(f"{feed.stage.name}-feed", exc)
+
+        run_feed.__name__ = run_feed.__qualname__ = f"{feed.stage.name}_feed"
+        app.task(run_feed)
+
+    for f in feeds:
+        feed_task(f)
+
+    def highwater(topic: str, partition: int) -> int | None:
+        """A fed partition's end offset as its feed last saw it (no broker call)."""
+        for f in feeds:
+            high = f.highwater(topic, partition)
+            if high is not None:
+                return high
+        return None
 
     @app.agent(by_cohort_topic)
     async def decide(stream):
@@ -203,7 +218,7 @@ def create_app(settings: WorkerSettings) -> faust.App:
     async def lag_metrics() -> None:
         async def observe() -> None:
             lags = metrics.observe_lag(app.consumer, (route.input, fold.input),
-                                       highwater=feed.highwater if feed is not None else None)
+                                       highwater=highwater if feeds else None)
             if watchdog is not None:
                 watchdog.progress(lags)
 

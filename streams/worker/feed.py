@@ -1,9 +1,10 @@
-"""The route stage's records read by a confluent-kafka consumer of its own (issue 27).
+"""A stage's records read by a confluent-kafka consumer of its own (issue 27).
 
-Faust delivers every record of ``lineage.events`` one by one through its fetcher, conductor,
-``Event`` and stream: on a backlog that machinery, not the routing, is what the worker spends
-its core on (docs/benchmarks.md). The feed takes the records of the events partitions the
-worker owns in batches from one confluent-kafka consumer (assigned by hand, no group: Faust keeps
+Faust delivers every record one by one through its fetcher, conductor, ``Event`` and stream:
+on a backlog that machinery, not the routing or the fold, is what the worker spends its core on
+(docs/benchmarks.md). A feed takes the records of the partitions the worker owns of one
+stage's input (``lineage.events`` for the route stage, ``lineage.by-cohort`` for the fold
+stage) in batches from one confluent-kafka consumer (assigned by hand, no group: Faust keeps
 the group, the assignment and the commits) and hands them to :meth:`Stage.process
 <streams.worker.stages.Stage.process>`, while Faust's own fetch of those partitions is paused.
 
@@ -40,7 +41,7 @@ class DirectFeed:
         self.stage = stage
         self.batch = batch
         self.consumer = settings.kafka.consumer(
-            f"{settings.app_id}-feed", **{"enable.auto.commit": False, "enable.partition.eof": False,
+            f"{settings.app_id}-feed-{stage.name}", **{"enable.auto.commit": False, "enable.partition.eof": False,
                                           "fetch.wait.max.ms": 10})
         #: partition -> the offset the consumer delivers next
         self.at: dict[int, int] = {}

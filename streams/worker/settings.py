@@ -81,6 +81,9 @@ WORKER_SETTINGS: tuple[Setting, ...] = (
             "How the route stage gets the records of lineage.events: direct, in batches from a consumer of its own "
             "(Faust keeps the group and the assignment, its fetch of those partitions paused), or faust, one by one "
             "through Faust's stream (streams.worker.feed)."),
+    Setting("--fold-feed", "TRAINTRACE_FOLD_FEED", ("direct", "faust"), "faust",
+            "How the fold stage gets the records of lineage.by-cohort: faust, through Faust's stream (its records are "
+            "batches of events already), or direct, in batches from a consumer of its own (as --route-feed)."),
     Setting("--retention-interval", "TRAINTRACE_RETENTION_INTERVAL", float, 5.0,
             "With a settle horizon: at most one retention decision per cohort this often (seconds of the input "
             "watermark), each a clock tick in the cohort's input so that replays and audits decide the same.",
@@ -166,6 +169,8 @@ class WorkerSettings:
     retention_interval_s: float = 5.0
     #: the route stage's records: "direct" (streams.worker.feed) or "faust" (its stream)
     route_feed: str = "direct"
+    #: the fold stage's records, likewise (faust: no gain measured for direct, docs/benchmarks.md)
+    fold_feed: str = "faust"
     #: batching of the agents (Stream.take_events)
     batch_max: int = 2000
     batch_within_s: float = 0.01
@@ -230,7 +235,7 @@ class WorkerSettings:
             evict_settled=values["evict_settled"], kafka=kafka,
             settle_horizon_ms=None if horizon is None else int(horizon * 1000),
             cohort_horizons_ms=cohort_horizons, retention_interval_s=values["retention_interval"],
-            route_feed=values["route_feed"],
+            route_feed=values["route_feed"], fold_feed=values["fold_feed"],
         )
 
     @classmethod

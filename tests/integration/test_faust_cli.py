@@ -102,6 +102,7 @@ CASES = {
     "cohort_settle_horizons": ("a=60,b=none", lambda s: s.cohort_horizons_ms, {"a": 60_000, "b": None}),
     "retention_interval": ("2", lambda s: s.retention_interval_s, 2.0),
     "route_feed": ("faust", lambda s: s.route_feed, "faust"),
+    "fold_feed": ("direct", lambda s: s.fold_feed, "direct"),
 }
 DEFAULTS = {  # what the worker makes of an option's default
     "data_dir": Path(".traintrace/worker-6066"), "store": "rocksdb://", "grace_seconds": 30000,
