@@ -1,4 +1,4 @@
-"""The route stage's direct feed (issue 27, streams.worker.feed): it follows where the stage is
+"""A stage's direct feed (issue 27, streams.worker.feed): it follows where the stage is
 (its consumer sought to the stage's positions whenever they differ) and hands the stage its
 records in batches; what the stage does with them (in order, owned only) is the stage's."""
 
@@ -61,7 +61,9 @@ class FakeConsumer:
 
 
 class FakeStage:
-    """The stage's contract as the feed sees it: its input partitions, and process()."""
+    """The stage's contract as the feed sees it: its name, its input partitions, and process()."""
+
+    name = "route"
 
     def __init__(self) -> None:
         self.input = InputPartitions("t.events")
