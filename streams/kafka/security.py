@@ -176,6 +176,8 @@ _AUTHZ = {
 _AUTHZ_TEXT = {f"{kind} authorization failed": code for code, kind in _AUTHZ.items()}
 #: what the fatal error of an idempotent producer's PID request says
 _IDEMPOTENCE_TEXT = ("idempotence", "producer id", "initproducerid")
+#: a producer's fatal error names the write it refused: "ProduceRequest for TOPIC [PARTITION] ..."
+_PRODUCE_FOR = re.compile(r"ProduceRequest for (\S+) \[\d+\]")
 
 
 def kafka_error_of(exc: BaseException | KafkaError | None) -> KafkaError | None:
@@ -291,6 +293,9 @@ def refusal(err: BaseException | KafkaError, props: Mapping[str, str], bootstrap
         # a producer's fatal error (_FATAL, _GAPLESS_GUARANTEE) carries the denial in its text only
         code = next((c for phrase, c in _AUTHZ_TEXT.items() if phrase in text.lower()), code)
     if code in _AUTHZ or "AUTHORIZATION_FAILED" in text or "not authorized" in text.lower():
+        produce = _PRODUCE_FOR.search(text) if not resource else None
+        if produce is not None:  # a fatal error seen without its write (the error callback): it names it
+            operation, resource = operation or "WRITE", produce.group(1)
         return KafkaAuthorizationError(
             f"Kafka at {bootstrap} denied {who} {_denied(code, text, operation, resource, props)} ({text}); use "
             "the credentials of a role allowed to, or grant it (`traintrace acl --apply`)")

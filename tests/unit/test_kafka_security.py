@@ -175,6 +175,23 @@ def test_a_denied_write_of_a_gapless_producer_names_the_topic():
     assert "User:trainer WRITE on topic lineage.control" in str(got) and "\n" not in str(got)
 
 
+def test_a_gapless_producers_fatal_error_names_the_write_it_refused():
+    """The error callback sees the fatal error without the write that caused it (CI: it was
+    kept instead of the delivery report's): the text names the topic."""
+    from confluent_kafka import KafkaError
+
+    from streams.kafka.security import refusal
+
+    err = KafkaError(KafkaError._FATAL, "Fatal error: Local: Gap-less ordering would not be guaranteed if "
+                     "proceeding: ProduceRequest for lineage.control [0] with 1 message(s) failed: Broker: Topic "
+                     "authorization failed (broker 1 PID{Id:3,Epoch:0}, base seq 0): unable to satisfy gap-less "
+                     "guarantee", fatal=True)
+    props = {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "trainer"}
+    for kw in ({}, {"operation": "WRITE", "resource": "lineage.control"}):
+        got = str(refusal(err, props, "b:9093", **kw))
+        assert "denied User:trainer WRITE on topic lineage.control (" in got and "\n" not in got, got
+
+
 def test_topics_are_replicated_on_up_to_three_brokers_with_two_in_sync():
     from streams.kafka.topics import replication
 
