@@ -337,6 +337,8 @@ class ErrorWatch:
         self.failure: KafkaAdapterError | None = None
         #: the KafkaError the failure was made of (None for one read from the log)
         self.error: KafkaError | None = None
+        #: what the failure was made of: the KafkaError, or the log line's text as an exception
+        self._source: BaseException | KafkaError | None = None
         self.down: str | None = None
         self.suspect: KafkaAdapterError | None = None
         self.on_failure = on_failure
@@ -348,13 +350,22 @@ class ErrorWatch:
         if err.code() == KafkaError._ALL_BROKERS_DOWN:
             self.down = err.str()
         elif self.failure is None:
-            self._keep(refusal(err, self.props, self.bootstrap))
+            self._keep(refusal(err, self.props, self.bootstrap), err)
             if self.failure is not None:
                 self.error = err
 
-    def _keep(self, failure: KafkaAdapterError | None) -> None:
+    def failure_for(self, operation: str, resource: str) -> KafkaAdapterError | None:
+        """The failure kept, told as a refusal of ``operation`` on ``resource`` (what the
+        client was doing: the callback itself does not know), or None."""
+        if self.failure is None or self._source is None or not resource:
+            return self.failure
+        return refusal(self._source, self.props, self.bootstrap, operation=operation, resource=resource) \
+            or self.failure
+
+    def _keep(self, failure: KafkaAdapterError | None, source: BaseException | KafkaError | None = None) -> None:
         if failure is not None and self.failure is None:
             self.failure = failure
+            self._source = source
             if self.on_failure is not None:
                 self.on_failure(failure)
 
@@ -370,7 +381,8 @@ class ErrorWatch:
             # a producer's fatal error (e.g. the idempotent PID request denied): confluent-kafka
             # sometimes raises it from flush() as a bare SystemError, before or without the
             # error_cb, so its log line is where the refusal can be read
-            self._keep(refusal(RuntimeError(str(args[2])), self.props, self.bootstrap))
+            source = RuntimeError(str(args[2]))
+            self._keep(refusal(source, self.props, self.bootstrap), source)
 
     def connection_failed(self, text: str) -> None:
         """One connection failure of the client (librdkafka's ``FAIL`` line ``text``)."""
@@ -389,6 +401,7 @@ class ErrorWatch:
     def reset(self) -> None:
         """Forget the failure (the client got through after all, e.g. a fixed ACL)."""
         self.failure, self.error, self.suspect, self._repeats = None, None, None, 0
+        self._source = None
 
     def check(self) -> None:
         if self.failure is not None:

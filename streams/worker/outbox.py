@@ -103,14 +103,14 @@ class Outbox:
                 remaining = await self._wait_out(loop, remaining)
         except Exception as exc:  # a producer's fatal error (e.g. no IDEMPOTENT_WRITE) is raised here,
             # sometimes as a bare SystemError: the error callback has it then
-            refused = self.kafka.refusal(exc, operation="WRITE", resource=self._first_topic or "") or self.watch.failure
+            refused = self.kafka.refusal(exc, operation="WRITE", resource=self._first_topic or "") or self._watched()
             if refused is None and isinstance(exc, SystemError):
                 # no cause attached: the fatal error's log line or error_cb may still be queued
                 try:
                     self.producer.poll(0)
                 except Exception:  # the same fatal error again
                     pass
-                refused = self.watch.failure
+                refused = self._watched()
             if refused is None:
                 raise
             raise refused from exc
@@ -153,4 +153,9 @@ class Outbox:
             refusal = self.kafka.refusal(KafkaException(err), operation="WRITE", resource=topic)
             if refusal is not None:
                 return refusal
-        return self.watch.failure
+        return self._watched()
+
+    def _watched(self) -> Exception | None:
+        """The error callback's refusal, told as one of the write this flush was for (the
+        callback and the delivery reports race: either may come first)."""
+        return self.watch.failure_for("WRITE", self._first_topic or "")

@@ -431,6 +431,10 @@ def test_the_workers_outbox_maps_the_fatal_error_of_its_flush(monkeypatch):
     # a delivery report of the denial names the topic it was for
     got = outbox.refused([(KafkaError(KafkaError._FATAL, f"Fatal error: {PID_DENIED}", fatal=True), "lineage.alerts")])
     one_line(got, "IDEMPOTENT_WRITE on cluster kafka-cluster", "topic lineage.alerts")
+    # the error callback's fatal error alone, before any delivery report (CI: a race) names it too
+    outbox.watch(KafkaError(KafkaError._FATAL, f"Fatal error: {PID_DENIED}", fatal=True))
+    outbox._first_topic = "lineage.alerts"
+    one_line(outbox.refused([]), "User:auditor", "IDEMPOTENT_WRITE on cluster kafka-cluster", "topic lineage.alerts")
     topic_denied = outbox.refused([(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED), "lineage.alerts")])
     one_line(topic_denied, "WRITE on topic lineage.alerts")
     assert isinstance(security.refusal(KafkaError(KafkaError._AUTHENTICATION, "Authentication failed"), AUDITOR, "b"),
