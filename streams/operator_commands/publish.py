@@ -139,9 +139,8 @@ def _not_delivered(kafka: KafkaSettings, watch: ErrorWatch, error: BaseException
     ``SystemError`` out of ``flush()`` (a delivery callback ran while it was pending); its cause
     is the KafkaError (:func:`streams.kafka.security.kafka_error_of`)."""
     refused = kafka.refusal(error, operation="WRITE", resource=topic)
-    if refused is None and watch.failure is not None:  # what the error callback was told, with the topic
-        refused = (kafka.refusal(watch.error, operation="WRITE", resource=topic) if watch.error is not None
-                   else None) or watch.failure
+    if refused is None:  # what the error callback was told, with the topic
+        refused = watch.failure_for("WRITE", topic)
     if refused is not None:
         return refused
     err = kafka_error_of(error)
