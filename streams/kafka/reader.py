@@ -125,6 +125,10 @@ def _message(msg: Any) -> Message:
                    ts if ts_type != 0 and ts >= 0 else None)
 
 
+#: a reader's prefetch queue (librdkafka's ``queued.max.messages.kbytes``)
+READER_QUEUE_KB = 16 * 1024
+
+
 class _Consumer:
     """A confluent-kafka Consumer that remembers the client-level errors it was told of."""
 
@@ -137,6 +141,9 @@ class _Consumer:
             "enable.auto.offset.store": False,
             "allow.auto.create.topics": False,
             "enable.partition.eof": True,
+            # prefetch at most 16 MB (librdkafka's default is 64 MB): a reader goes through a
+            # topic once, and what a larger queue held stays in the process's heap after it
+            "queued.max.messages.kbytes": READER_QUEUE_KB,
             "error_cb": self._on_error,
             "logger": self.watch,  # reads what librdkafka only logs: a wrong security.protocol
             **overrides,
