@@ -191,7 +191,7 @@ def inprocess_cost(events: list[dict], partitions: int, every: int) -> dict:
     import zlib as _z
     from streams.referee import snapshots as images
     from streams.referee.referee import Referee
-    from streams.worker.snapshots import REWRITE_FACTOR
+    from streams.worker.snapshots import round_is_due
 
     parsed = [parse_event(d) for d in events]
     cohort_of: dict[str, str] = {}
@@ -217,9 +217,13 @@ def inprocess_cost(events: list[dict], partitions: int, every: int) -> dict:
                 continue
             changed[p].add(c)
             since[p] += 1
-            # the worker's rule (SnapshotStore.due): every N events, and no sooner than the
-            # changed cohorts' last snapshots would be re-encoded
-            if since[p] >= every and since[p] >= REWRITE_FACTOR * sum(held.get(x, 0) for x in changed[p]):
+            # the worker's rule (SnapshotStore.due, round_is_due): every N events, and no sooner
+            # than the changed cohorts' last snapshots would be re-encoded, unless as much settles
+            if since[p] >= every and round_is_due(
+                    since[p], sum(held.get(x, 0) for x in changed[p]
+                                  if x in ref.engines and not images.settled(ref.engines[x])),
+                    sum(ref.engines[x].state.events_folded for x in changed[p]
+                        if x in ref.engines and images.settled(ref.engines[x]))):
                 for cohort in sorted(changed[p]):
                     if cohort not in ref.engines:
                         continue

@@ -1,4 +1,4 @@
-"""A real worker's memory over a long run (issue 10): RSS after 100k and after 600k folded events.
+"""A real worker's memory over a long run (issues 10, 27): RSS after 100k and after 1M folded events.
 
 Generated cohort events (the kill -9 test's mix: exploits, merges, divergences, rollbacks) are
 put on a fresh ``lineage.events``; one ``traintrace worker`` process folds them; its RSS
@@ -6,13 +6,20 @@ put on a fresh ``lineage.events``; one ``traintrace worker`` process folds them;
 ``traintrace_events_folded_total`` passes each mark. Printed: RSS at each mark and the growth
 per event between them. (``bench/bench_memory.py`` breaks the same growth down in-process.)
 
-Usage: python bench/bench_worker_memory.py [--events 600000] [--first 100000] [--bootstrap HOST:PORT]
+The generated cohorts train one after another, and a fifth of their jobs never finish: no cohort
+settles. ``--worker-args '--evict-idle --evict-settled'`` measures a worker whose memory follows
+the cohorts that train (a cohort quiet for a snapshot round leaves memory); without, every
+cohort stays.
+
+Usage: python bench/bench_worker_memory.py [--events 1000000] [--first 100000] [--bootstrap HOST:PORT]
+                                           [--worker-args '--evict-idle --evict-settled']
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import tempfile
 import time
@@ -42,9 +49,10 @@ def folded(w: WorkerProcess) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bootstrap", default=None)
-    ap.add_argument("--events", type=int, default=600_000)
+    ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--first", type=int, default=100_000)
     ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--worker-args", default="", help="more arguments of the worker (one string)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     broker = None
@@ -64,7 +72,7 @@ def main() -> int:
         n = produce_events(bootstrap, topics.events, (d for i, d in zip(range(args.events), events)))
         with tempfile.TemporaryDirectory() as tmp:
             w = WorkerProcess(bootstrap, prefix, f"tt-{prefix.rstrip('.')}", Path(tmp) / "w", args.partitions,
-                              extra_args=["--loglevel", "warn"]).start()
+                              extra_args=["--loglevel", "warn", *shlex.split(args.worker_args)]).start()
             try:
                 w.wait_ready()
                 marks = {}
@@ -78,7 +86,7 @@ def main() -> int:
             finally:
                 w.kill()
         lo, hi = args.first, n
-        out = {"events": n, "rss_kib": marks,
+        out = {"events": n, "worker_args": args.worker_args, "rss_kib": marks,
                "growth_bytes_per_event": round((marks[hi] - marks[lo]) * 1024 / (hi - lo), 1)}
     finally:
         if broker is not None:
@@ -87,7 +95,7 @@ def main() -> int:
         print(json.dumps(out, indent=1))
     else:
         print(f"worker RSS after {lo:,} events: {marks[lo] / 1024:.1f} MiB; after {hi:,}: {marks[hi] / 1024:.1f} MiB; "
-              f"growth {out['growth_bytes_per_event']} bytes per folded event")
+              f"growth {out['growth_bytes_per_event']} bytes per folded event (worker args: {args.worker_args or 'none'})")
     return 0
 
 

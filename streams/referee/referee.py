@@ -93,6 +93,10 @@ class Referee:
         #: ``restorer(cohort)`` puts a cohort that left memory back from its snapshot (True), or
         #: knows none (False); the worker sets it (streams.worker.snapshots)
         self.restorer: Callable[[str], bool] | None = None
+        #: command_id -> the plan's action, for the unacknowledged commands of cohorts that left
+        #: memory idle (``forget_cohorts(..., idle=True)``): their acknowledgement would be input,
+        #: which brings the cohort back, so until then the plan stands and :meth:`tick` can alert
+        self.resting: dict[str, str] = {}
 
     # ------------------------------------------------------------------ engines
 
@@ -112,10 +116,20 @@ class Referee:
         self.forget_cohorts(gone)
         return gone
 
-    def forget_cohorts(self, gone: list[str]) -> None:
+    def forget_cohorts(self, gone: list[str], idle: bool = False) -> None:
         """Forget everything of these cohorts: a revoked partition's, or a settled cohort that
-        leaves memory (its snapshot brings it back: ``restorer``)."""
+        leaves memory (its snapshot brings it back: ``restorer``). ``idle``: cohorts that leave
+        memory with commands not acknowledged yet keep those in :attr:`issued` (with the plan's
+        action in :attr:`resting`), so the acknowledgement timeout still alerts."""
         gone_set = set(gone)
+        if idle:
+            for cid, (c, job_id, _ms) in self.issued.items():
+                lin = self.engines.get(c) if c in gone_set else None
+                if lin is None:
+                    continue
+                plan = lin.plans.get(job_id)
+                if plan is not None and plan.get("command_id") == cid and cid not in lin.state.acknowledged:
+                    self.resting[cid] = plan["action"]
         for x in [x for x, c in self.incident_cohort.items() if c in gone_set]:
             # a later replay of the partition decides these versions again
             self.versions.pop(x, None)
@@ -134,8 +148,12 @@ class Referee:
                     self.decided_retention.pop(j, None)
                 for x in lin.incidents:
                     self.decided_manifest.pop(x, None)
-        for cid in [cid for cid, v in self.issued.items() if v[0] in gone_set]:
+        for cid in [cid for cid, v in self.issued.items() if v[0] in gone_set and cid not in self.resting]:
             del self.issued[cid]
+        if not idle:
+            for cid in [cid for cid in self.resting if self.issued.get(cid, (None,))[0] in gone_set]:
+                self.resting.pop(cid)
+                self.issued.pop(cid, None)
 
     # ------------------------------------------------------------------ events
 
@@ -363,18 +381,25 @@ class Referee:
         for cid, (cohort, job_id, issued) in list(self.issued.items()):
             lin = self.engines.get(cohort)
             if lin is None:
-                self.issued.pop(cid, None)
-                continue
-            plan = lin.plans.get(job_id)
-            if cid in lin.state.acknowledged or plan is None or plan["command_id"] != cid:
-                self.issued.pop(cid, None)
-                continue
+                action = self.resting.get(cid)  # left memory idle: the plan stands as it was
+                if action is None:
+                    self.issued.pop(cid, None)
+                    continue
+                cohort_id: str | None = cohort
+            else:
+                self.resting.pop(cid, None)
+                plan = lin.plans.get(job_id)
+                if cid in lin.state.acknowledged or plan is None or plan["command_id"] != cid:
+                    self.issued.pop(cid, None)
+                    continue
+                action = plan["action"]
+                job = lin.state.jobs.get(job_id)
+                cohort_id = job.cohort_id if job else None
             if now_ms - issued >= self.ack_timeout_ms and cid not in self._unacked_alerted:
                 self._unacked_alerted.add(cid)
-                job = lin.state.jobs.get(job_id)
                 out.append(R.alert_emission(AlertRaised(
-                    "COMMAND_UNACKNOWLEDGED", job_id, job.cohort_id if job else None,
-                    f"{job_id} has not acknowledged command {cid[:12]} ({plan['action']}) "
+                    "COMMAND_UNACKNOWLEDGED", job_id, cohort_id,
+                    f"{job_id} has not acknowledged command {cid[:12]} ({action}) "
                     f"after {(now_ms - issued) // 1000}s",
                     details={"command_id": cid}), cohort, now_ms))
         return self._dedupe(out, True)

@@ -48,9 +48,9 @@ class SnapshotRejected(TraintraceError):
 def settled(lin: Lineage) -> bool:
     """Every job finished, every plan acknowledged, no event held for a seal, no consumption
     waiting for its source: nothing can happen to the cohort until new input arrives."""
-    st = lin.state
-    if lin.seals.holding or st.unresolved:
+    if not quiescent(lin):
         return False
+    st = lin.state
     for job_id, job in st.jobs.items():
         if job.current is None or not job.current.finished:
             return False
@@ -58,6 +58,17 @@ def settled(lin: Lineage) -> bool:
         if plan is not None and plan.get("command_id") not in st.acknowledged:
             return False
     return True
+
+
+def quiescent(lin: Lineage) -> bool:
+    """Nothing the fold would decide waits on the clock: no event held for a seal, no
+    consumption waiting for its source (no grace-period halt to come). Its jobs may still be
+    training: a quiescent cohort with no input for a while may leave memory (``--evict-idle``)
+    and come back at its next event. A command it issued and its job has not acknowledged stays
+    known to the referee (``Referee.resting``: the acknowledgement would be input), so its
+    timeout still alerts. A retention tick it would have had meanwhile (SPEC §13) comes when it
+    is back: its jobs keep their checkpoints a little longer, never fewer."""
+    return not (lin.seals.holding or lin.state.unresolved)
 
 
 def _with_plain_refs(lin: Lineage, plain_ref: Callable[[Any], Any] | None) -> Callable[[], None]:

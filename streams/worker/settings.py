@@ -71,6 +71,12 @@ WORKER_SETTINGS: tuple[Setting, ...] = (
             "Let a settled cohort (every job finished, every plan acknowledged) leave memory after its "
             "snapshot until its next event: memory then follows the active cohorts, and the HTTP views "
             "(/jobs, /incidents, /plans) show only the cohorts in memory.", negative="--keep-settled"),
+    Setting("--evict-idle", "TRAINTRACE_EVICT_IDLE", bool, False,
+            "Let a cohort that had no input for a whole snapshot round leave memory too, though its jobs have "
+            "not finished, when nothing waits on the clock (every plan acknowledged, no event held for a "
+            "seal, no consumption waiting for its source): back from its snapshot at its next event. A "
+            "worker's memory then follows the cohorts that train, not every cohort that ever did; the HTTP "
+            "views show only the cohorts in memory.", negative="--keep-idle"),
     Setting("--watchdog-seconds", "TRAINTRACE_WATCHDOG_SECONDS", float, 180.0,
             "Exit with status 70 (stacks dumped) when records wait on an owned partition and none was "
             "processed for this long while every dependency answers, or when the event loop stops turning: "
@@ -155,6 +161,8 @@ class WorkerSettings:
     snapshot_interval_s: float = 60.0
     #: settled cohorts leave memory after their snapshot (the HTTP views then show only those in memory)
     evict_settled: bool = False
+    #: ...and so do cohorts with no input for a whole round and nothing waiting on the clock
+    evict_idle: bool = False
     #: Faust: how often offsets are committed
     commit_interval_s: float = 1.0
     #: Kafka group session timeout: how fast a dead worker's partitions move
@@ -232,7 +240,7 @@ class WorkerSettings:
             session_timeout_s=values["session_timeout"], watchdog_s=values["watchdog_seconds"],
             loglevel=values["loglevel"], signing_key=values["signing_key"], trusted_keys=values["trusted_keys"],
             snapshot_every=values["snapshot_every"], snapshot_interval_s=values["snapshot_interval"],
-            evict_settled=values["evict_settled"], kafka=kafka,
+            evict_settled=values["evict_settled"], evict_idle=values["evict_idle"], kafka=kafka,
             settle_horizon_ms=None if horizon is None else int(horizon * 1000),
             cohort_horizons_ms=cohort_horizons, retention_interval_s=values["retention_interval"],
             route_feed=values["route_feed"], fold_feed=values["fold_feed"],

@@ -49,6 +49,22 @@ COHORT_PREFIX = b"c:"
 MAX_RECORD = 64 * 1024 * 1024
 
 
+def round_is_due(folded: int, rewritten: int, freed: int) -> bool:
+    """Whether a round that is due by count or by time goes ahead, ``folded`` events after the
+    partition's last one: when it re-encodes no more than half the input since (``folded`` at
+    least :data:`REWRITE_FACTOR` times ``rewritten``, the events the changed cohorts that are
+    still training held at their last snapshot: a large cohort training on is written again once
+    its input has grown by twice its size, not every round; encoding costs about a tenth of the
+    bare fold per event written, so every event is written about 1.5 times at most), or when the
+    settled cohorts it writes and lets leave memory hold at least as many events as it re-encodes
+    (``freed`` >= ``rewritten``: a cohort settles once, so this costs at most one more encoding
+    of each event, and a partition gone quiet with settled cohorts in memory does not keep them
+    until its next input)."""
+    if folded <= 0:
+        return False
+    return folded >= REWRITE_FACTOR * rewritten or (freed > 0 and freed >= rewritten)
+
+
 @dataclass
 class Latest:
     """What the worker knows of a cohort's latest snapshot."""
@@ -69,6 +85,7 @@ class Round:
     t0: float
     written: dict[str, tuple[bool, int]] = field(default_factory=dict)  # cohort -> (settled, events held)
     offsets: dict[str, int] = field(default_factory=dict)  # cohort -> its record's offset
+    idle: list[str] = field(default_factory=list)  # unchanged since their snapshot, nothing on the clock
     encode_s: float = 0.0
 
 
@@ -97,30 +114,34 @@ class SnapshotStore:
     # ------------------------------------------------------------------ rounds
 
     def due(self, partition: int, folded: int) -> bool:
-        """Whether a round of ``partition`` is due, ``folded`` events after its last one:
-        ``snapshot_every`` events or ``snapshot_interval_s`` seconds after it, and — so that a
-        round re-encodes no more than half the input since — at least :data:`REWRITE_FACTOR`
-        times the events the changed cohorts held at their last snapshot (a large cohort training
-        on is written again once its input has grown by twice its size, not every round; encoding
-        costs about a tenth of the bare fold per event written, so every event is written about
-        1.5 times at most)."""
+        """Whether a round of ``partition`` is due, ``folded`` events after its last one
+        (:func:`round_is_due`, with what the partition's changed cohorts would cost to write and
+        what writing them would let leave memory)."""
         if not self.enabled or folded == 0:
             return False
         since = time.monotonic() - self.last_round.get(partition, 0.0)
         if folded < self.settings.snapshot_every and since < self.settings.snapshot_interval_s:
             return False
-        return folded >= REWRITE_FACTOR * self._rewritten(partition)
+        return round_is_due(folded, *self._rewritten(partition, self.settings.evict_settled))
 
-    def _rewritten(self, partition: int) -> int:
-        """Events the changed cohorts of ``partition`` held at their last snapshot."""
-        referee, n = self.referee, 0
+    def _rewritten(self, partition: int, evicting: bool) -> tuple[int, int]:
+        """(events the changed cohorts of ``partition`` that stay in memory held at their last
+        snapshot, events the changed cohorts that would leave it hold now): settled cohorts leave
+        only when ``evicting``."""
+        referee, n, freed = self.referee, 0, 0
         for cohort, p in referee.partition_of.items():
+            if p != partition:
+                continue
             last = self.latest.get(cohort)
-            if p == partition and last is not None:
-                pos = referee.position.get(cohort)
-                if pos is not None and pos[1] >= last.covers:
-                    n += last.events
-        return n
+            pos = referee.position.get(cohort)
+            if last is not None and (pos is None or pos[1] < last.covers):
+                continue  # no input since its last snapshot: not written
+            lin = referee.engines.get(cohort)
+            if evicting and lin is not None and images.settled(lin):
+                freed += lin.state.events_folded
+            elif last is not None:
+                n += last.events
+        return n, freed
 
     def begin_round(self, partition: int, covers: int) -> "Round":
         """Encode the cohorts of ``partition`` that changed since their last snapshot and hand
@@ -133,7 +154,10 @@ class SnapshotStore:
             pos = referee.position.get(cohort)
             last = self.latest.get(cohort)
             if last is not None and (pos is None or pos[1] < last.covers):
-                continue  # no input since its last snapshot
+                # no input since its last snapshot: with --evict-idle it may leave memory
+                if self.settings.evict_idle and images.quiescent(referee.engines[cohort]):
+                    rnd.idle.append(cohort)
+                continue
             rnd.written[cohort] = self._send_cohort(cohort, partition, covers, pos)
         rnd.encode_s = time.perf_counter() - t0
         self.last_round[partition] = time.monotonic()
@@ -157,6 +181,8 @@ class SnapshotStore:
         for cohort, (settled, events) in rnd.written.items():
             self.latest[cohort] = Latest(rnd.covers, rnd.offsets[cohort], settled, events)
         evicted = self._evict(sorted(rnd.written), rnd.partition) if self.settings.evict_settled else 0
+        if rnd.idle:
+            evicted += self._evict(rnd.idle, rnd.partition, settled_only=False)
         metrics.SNAPSHOTS.inc(len(rnd.written))
         metrics.SNAPSHOT_SECONDS.observe(time.perf_counter() - rnd.t0)
         log.debug("snapshot round %s[%d]@%d: %d written (encoded in %.3fs), %d left memory, %.3fs", self.topic,
@@ -189,16 +215,19 @@ class SnapshotStore:
         self._send(COHORT_PREFIX + cohort.encode(), "CohortSnapshot", record, partition, cohort)
         return settled, lin.state.events_folded
 
-    def _evict(self, cohorts: list[str], partition: int) -> int:
+    def _evict(self, cohorts: list[str], partition: int, settled_only: bool = True) -> int:
+        """Let the cohorts whose latest snapshot holds their state leave memory: the settled
+        ones, or (``settled_only`` False) the quiescent ones (:func:`images.quiescent`)."""
         referee, n = self.referee, 0
+        ready = images.settled if settled_only else images.quiescent
         for cohort in cohorts:
             last = self.latest.get(cohort)
             lin = referee.engines.get(cohort)
-            if last is None or lin is None or not images.settled(lin):
+            if last is None or lin is None or not ready(lin):
                 continue
             if referee.position.get(cohort, (0, -1))[1] >= last.covers:
                 continue  # input since the snapshot: not what it holds any more
-            referee.forget_cohorts([cohort])
+            referee.forget_cohorts([cohort], idle=not settled_only)
             self.out_of_memory[cohort] = partition
             n += 1
         if n:
@@ -256,6 +285,7 @@ class SnapshotStore:
         start = max(rounds, default=0)
         skip: dict[str, int] = {}
         loaded: list[str] = []
+        idle = 0
         for cohort in sorted(latest):
             last = latest[cohort]
             value = records[cohort]
@@ -273,11 +303,19 @@ class SnapshotStore:
                 return 0, {}
             last.events = self.referee.engines[cohort].state.events_folded
             self.latest[cohort] = last
+            if self.settings.evict_idle and last.covers < start \
+                    and images.quiescent(self.referee.engines[cohort]):
+                # no input in [covers, start) (the round at ``start`` would have written it) and
+                # nothing on the clock: idle, out of memory again until its next event
+                self.referee.forget_cohorts([cohort], idle=True)
+                self.out_of_memory[cohort] = partition
+                idle += 1
+                continue
             loaded.append(cohort)
         self.last_round[partition] = time.monotonic()
-        log.info("%s[%d]: %d snapshot(s) loaded, %d settled left out of memory; re-folding from %d (of %d) "
-                 "in %.2fs", self.topic, partition, len(loaded), len(latest) - len(loaded), start, end,
-                 time.perf_counter() - t0)
+        log.info("%s[%d]: %d snapshot(s) loaded, %d settled and %d idle left out of memory; re-folding from %d "
+                 "(of %d) in %.2fs", self.topic, partition, len(loaded), len(latest) - len(loaded) - idle, idle,
+                 start, end, time.perf_counter() - t0)
         return start, skip
 
     def _scan(self, partition: int, end: int) -> tuple[list[int], dict[str, Latest], dict[str, dict | None]]:
@@ -349,10 +387,14 @@ class SnapshotStore:
         return value
 
     def drop_partition(self, partition: int) -> None:
-        """Forget what is known of a revoked partition's snapshots."""
-        for cohort in [c for c, p in self.out_of_memory.items() if p == partition]:
+        """Forget what is known of a revoked partition's snapshots (and what the referee keeps of
+        its cohorts out of memory: their unacknowledged commands; the next owner knows them)."""
+        resting = [c for c, p in self.out_of_memory.items() if p == partition]
+        for cohort in resting:
             del self.out_of_memory[cohort]
             self.latest.pop(cohort, None)
+        if resting:
+            self.referee.forget_cohorts(resting)
         for cohort in [c for c in self.latest if self.referee.partition_of.get(c) == partition]:
             del self.latest[cohort]
         self.last_round.pop(partition, None)

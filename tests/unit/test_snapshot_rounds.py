@@ -1,0 +1,152 @@
+"""When a worker's snapshot round goes ahead (streams.worker.snapshots): a large cohort that trains
+on is not re-encoded every round, and settled cohorts do not stay in memory because a round would
+re-encode one (issue 27: a fresh worker after a 1M takeover held four times the cohorts of a 100k
+one, settled cohorts whose last round never came)."""
+
+from __future__ import annotations
+
+import pytest
+
+from streams.codec import Codec
+from streams.core.events import parse_event
+from streams.referee import snapshots as images
+from streams.referee.referee import Referee
+from streams.testing.cohort import generate_cohorts
+from streams.worker.settings import WorkerSettings
+from streams.worker.snapshots import REWRITE_FACTOR, Latest, SnapshotStore, round_is_due
+
+
+@pytest.mark.parametrize("folded,rewritten,freed,due", [
+    (0, 0, 0, False),            # nothing folded since: never
+    (10, 0, 0, True),            # only new cohorts: written
+    (10, 5, 0, True),            # twice what it re-encodes
+    (9, 5, 0, False),            # less: the large cohort waits
+    (1, 10_000, 0, False),       # a huge training cohort, a trickle of input
+    (1, 10_000, 10_000, True),   # ...but as much settled to let go: it goes
+    (1, 10_000, 9_999, False),   # less settled than re-encoded: it waits
+    (3, 0, 50, True),
+])
+def test_round_is_due(folded, rewritten, freed, due):
+    assert round_is_due(folded, rewritten, freed) is due
+    assert REWRITE_FACTOR == 2
+
+
+def _events(cohort: str, finished: bool) -> list[dict]:
+    """A cohort of two jobs, every one finished or none."""
+    out = [d for d in generate_cohorts(jobs=2, cohort_size=2, steps=60, seed=3, prefix=f"{cohort}-",
+                                       divergence_rate=0.0, exploit_every=1000)
+           if d["type"] != "JobFinished"]
+    c = out[0]["cohort_id"]
+    last: dict[str, dict] = {}
+    for d in out:
+        last[d["job_id"]] = d
+    if finished:
+        out += [{"type": "JobFinished", "job_id": j, "seq": d["seq"] + 1, "incarnation": d["incarnation"],
+                 "ts": d["ts"] + 1, "status": "SUCCEEDED", "final_checkpoint_id": None} for j, d in last.items()]
+    return [dict(d, cohort_id=cohort) if d["type"] == "JobStarted" else d for d in out] if c else out
+
+
+def _store(evict: bool) -> tuple[SnapshotStore, Referee]:
+    referee = Referee()
+    offset = 0
+    for cohort, finished in (("training", False), ("settled", True)):
+        for d in _events(cohort, finished):
+            referee.handle(cohort, parse_event(d), 1_000 + offset, partition=0, publish=False)
+            referee.position[cohort] = (0, offset)  # as fold_batch notes it
+            offset += 1
+    store = SnapshotStore(WorkerSettings("127.0.0.1:1", evict_settled=evict), Codec(), referee)
+    for cohort in ("training", "settled"):  # each had a snapshot at offset 2, input since
+        store.latest[cohort] = Latest(covers=2, offset=0, settled=False, events=100)
+    return store, referee
+
+
+def test_settled_cohorts_count_as_freed_when_the_worker_evicts():
+    store, referee = _store(evict=True)
+    rewritten, freed = store._rewritten(0, True)
+    assert rewritten == 100  # the training cohort's last snapshot
+    assert images.settled(referee.engines["settled"]) and not images.settled(referee.engines["training"])
+    assert freed == referee.engines["settled"].state.events_folded > 0
+    assert store._rewritten(0, False) == (200, 0)  # kept in memory: both are re-encoded
+
+
+def test_a_cohort_without_input_since_its_snapshot_is_not_counted():
+    store, referee = _store(evict=True)
+    store.latest["training"] = Latest(covers=10_000, offset=0, settled=False, events=100)
+    assert store._rewritten(0, True) == (0, referee.engines["settled"].state.events_folded)
+    assert store._rewritten(1, True) == (0, 0)  # another partition
+
+
+def _quiet_store(evict_idle: bool) -> tuple[SnapshotStore, Referee]:
+    store, referee = _store(evict=True)
+    store.settings = WorkerSettings("127.0.0.1:1", evict_settled=True, evict_idle=evict_idle)
+    for cohort in ("training", "settled"):  # snapshots after all their input: no input since
+        store.latest[cohort] = Latest(covers=10_000, offset=0, settled=cohort == "settled", events=100)
+    return store, referee
+
+
+def test_an_idle_quiescent_cohort_leaves_memory_with_evict_idle():
+    store, referee = _quiet_store(evict_idle=True)
+    assert images.quiescent(referee.engines["training"]) and not images.settled(referee.engines["training"])
+    rnd = store.begin_round(0, 10_001)  # nothing changed: nothing written, no producer needed
+    assert rnd.written == {} and rnd.idle == ["settled", "training"]
+    assert store.settle_round(rnd) == 2
+    assert referee.engines == {} and store.out_of_memory == {"settled": 0, "training": 0}
+
+
+def test_without_evict_idle_an_idle_training_cohort_stays():
+    store, referee = _quiet_store(evict_idle=False)
+    rnd = store.begin_round(0, 10_001)
+    assert rnd.idle == []
+    store.settle_round(rnd)
+    assert set(referee.engines) == {"settled", "training"}  # only written settled cohorts leave
+
+
+def test_a_plan_not_acknowledged_keeps_a_cohort_unsettled_but_not_busy():
+    referee = Referee()
+    dicts = [d for d in generate_cohorts(jobs=4, cohort_size=4, steps=200, seed=5, prefix="d-", divergence_rate=1.0,
+                                         exploit_every=20, exploit_prob=1.0)
+             if d["type"] not in ("RolledBack", "JobFinished")]
+    for i, d in enumerate(dicts):
+        referee.handle("d", parse_event(d), 1_000 + i, partition=0, publish=False)
+    lin = referee.engines["d"]
+    assert any(p is not None for p in lin.plans.values())
+    assert images.quiescent(lin) and not images.settled(lin)
+
+
+def test_a_consumption_waiting_for_its_source_keeps_a_cohort_in_memory():
+    """Its grace-period halt is on the clock: the cohort is not quiescent."""
+    referee = Referee()
+    dicts = [d for d in generate_cohorts(jobs=2, cohort_size=2, steps=40, seed=1, prefix="u-", divergence_rate=0.0,
+                                         exploit_every=1000)]
+    job = dicts[0]["job_id"]
+    last = max(d["seq"] for d in dicts if d["job_id"] == job)
+    dicts = [d for d in dicts if d["type"] != "JobFinished"]
+    dicts.append({"type": "CheckpointConsumed", "job_id": job, "seq": last + 1, "incarnation": 0, "ts": 10**6,
+                  "source_checkpoint_id": "nobody-wrote-this", "step": 41, "mode": "MERGE"})
+    for i, d in enumerate(dicts):
+        referee.handle("u", parse_event(d), 1_000 + i, partition=0, publish=False)
+    lin = referee.engines["u"]
+    assert lin.state.unresolved and not images.quiescent(lin)
+
+
+def test_an_idle_cohort_with_an_unacknowledged_command_leaves_memory_and_still_alerts():
+    """The acknowledgement would be input (which brings the cohort back), so until then the plan
+    stands: the referee keeps the command and its action, and the timeout alerts once."""
+    referee = Referee(ack_timeout_ms=1_000)
+    dicts = [d for d in generate_cohorts(jobs=4, cohort_size=4, steps=200, seed=5, prefix="d-", divergence_rate=1.0,
+                                         exploit_every=20, exploit_prob=1.0)
+             if d["type"] not in ("RolledBack", "JobFinished")]
+    for i, d in enumerate(dicts):
+        referee.handle("d", parse_event(d), 1_000 + i, partition=0, publish=True)
+    lin = referee.engines["d"]
+    pending = {cid: v for cid, v in referee.issued.items() if v[0] == "d"}
+    assert pending and images.quiescent(lin)
+    actions = {cid: lin.plans[v[1]]["action"] for cid, v in pending.items()}
+    referee.forget_cohorts(["d"], idle=True)
+    assert "d" not in referee.engines and referee.resting == actions
+    alerts = referee.tick(10**9)
+    assert sorted(a.value["details"]["command_id"] for a in alerts if a.value["kind"] == "COMMAND_UNACKNOWLEDGED") \
+        == sorted(pending)
+    assert referee.tick(10**9 + 1) == []  # once
+    referee.forget_cohorts(["d"])  # its partition revoked: the next owner knows them
+    assert referee.resting == {} and not any(v[0] == "d" for v in referee.issued.values())
