@@ -514,8 +514,11 @@ class LineagePBT(PopulationBasedTraining):
         blocked = job.client.halted or job.guard.tripped
         if not blocked:
             job.held_since = None
-        elif self.hold_timeout is not None and job.held_since is not None \
-                and time.monotonic() - job.held_since > self.hold_timeout:
+        elif job.held_since is None:
+            # held without passing through _hold (it diverged in the result of a step Tune had
+            # paused it after): the hold timeout counts from now, or Tune's loop asks forever
+            job.held_since = time.monotonic()
+        elif self.hold_timeout is not None and time.monotonic() - job.held_since > self.hold_timeout:
             log.error("traintrace: trial %s waited %.0f s for the referee or a release: stopping it",
                       job.job_id, self.hold_timeout)
             job.outcomes.append(f"stopped: held for more than {self.hold_timeout} s")
