@@ -148,7 +148,10 @@ def one_run(bootstrap: str, args, tmp: Path, events: list[dict], tail: list[dict
     try:
         first.wait_ready()
         rate = fold_rate(first, len(events), args.timeout)
-        wait_quiescent(bootstrap, app_id, topics, timeout=args.timeout)
+        try:
+            wait_quiescent(bootstrap, app_id, topics, timeout=args.timeout)
+        except TimeoutError as exc:
+            raise SystemExit(f"{exc}\n{first.log_tail(60)}") from exc
         if snapshot_every:  # the last round of every partition is out (--snapshot-interval after the
             time.sleep(args.snapshot_interval + 3)  # last input, as a long-running worker's is)
         snaps = metric(first, "traintrace_snapshots_written_total")

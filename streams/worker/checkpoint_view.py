@@ -34,13 +34,14 @@ class CheckpointView:
     def __init__(self, settings: WorkerSettings, codec: Codec) -> None:
         self.settings = settings
         self.codec = codec
-        self.status: MutableMapping[str, tuple[str, str, int, int, bytes | str, tuple[str, ...]]] = (
-            open_disk_view(settings.data_dir / "checkpoint-view") if settings.store.startswith("rocksdb")
-            else {})
+        # the RocksDB opens at start(): building the app (``faust -A ... agents``) touches no disk
+        self.status: MutableMapping[str, tuple[str, str, int, int, bytes | str, tuple[str, ...]]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="checkpoint-view", daemon=True)
 
     def start(self) -> None:
+        if self.settings.store.startswith("rocksdb"):
+            self.status = open_disk_view(self.settings.data_dir / "checkpoint-view")
         self._thread.start()
 
     def stop(self) -> None:

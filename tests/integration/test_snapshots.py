@@ -3,7 +3,8 @@
 - a worker that takes a partition over loads its cohorts' snapshots and re-folds only the input
   after the last round; what it then decides is what an uninterrupted fold decides (the churn
   invariants), and the audit recomputes every snapshot's digest;
-- settled cohorts leave memory and come back when their input resumes;
+- settled cohorts leave memory and come back when their input resumes; with ``--evict-idle`` so
+  do cohorts whose jobs run on but had no input for a round (issue 27), across a takeover too;
 - a snapshot forged on the topic is refused by a worker with a signing key (it re-folds the
   partition instead) and named by the audit.
 """
@@ -81,8 +82,8 @@ def wait_for_log(w: WorkerProcess, pattern: str, timeout: float = 60.0) -> None:
 def refolded(log: str) -> dict[int, tuple[int, int]]:
     """partition -> (re-fold start, group offset) from a worker's takeover log lines."""
     out = {}
-    for m in re.finditer(r"\[(\d+)\]: \d+ snapshot\(s\) loaded, \d+ settled left out of memory; re-folding "
-                         r"from (\d+) \(of (\d+)\)", log):
+    for m in re.finditer(r"\[(\d+)\]: \d+ snapshot\(s\) loaded, \d+ settled (?:and \d+ idle )?left out of memory; "
+                         r"re-folding from (\d+) \(of (\d+)\)", log):
         out[int(m.group(1))] = (int(m.group(2)), int(m.group(3)))
     return out
 
@@ -142,6 +143,58 @@ def test_settled_cohorts_leave_memory_and_come_back(setup, kafka_bootstrap, tmp_
     assert _metric(w, "traintrace_cohorts_brought_back_total") > 0, w.log_tail(40)
     write_log(log, events + again)
     check_pipeline(kafka_bootstrap, topics, app_id, str(log), 0, allow_copies=False)
+
+
+def test_idle_cohorts_leave_memory_across_a_takeover_and_come_back(setup, kafka_bootstrap, tmp_path):
+    """Cohorts trained one after another, a fifth of their jobs never finishing and their plans
+    never acknowledged (one settles): with ``--evict-idle`` the first half, with no input for a
+    round while the second half trains, leave memory; a worker taking over leaves them out too;
+    copies of each cohort's last event bring them back; live equals ``analyze`` throughout."""
+    from streams.core.events import parse_event
+    from streams.referee import snapshots as images
+    from streams.referee.referee import Referee
+
+    topics, app_id, new_worker = setup
+    events = events_for(23, jobs=40)
+    cohort_of = {d["job_id"]: d["cohort_id"] for d in events if d["type"] == "JobStarted"}
+    order = list(dict.fromkeys(cohort_of.values()))
+    half = next(i for i, d in enumerate(events) if cohort_of[d["job_id"]] == order[len(order) // 2])
+    referee = Referee()  # how many settle (those leave memory without --evict-idle)
+    for i, d in enumerate(events):
+        referee.handle(cohort_of[d["job_id"]], parse_event(d), i, partition=0)
+    settled = sum(images.settled(lin) for lin in referee.engines.values())
+    assert settled < len(order) // 2
+    log = write_log(tmp_path / "events.jsonl", events)
+    args = ["--evict-idle", "--evict-settled"]
+    first = new_worker(0, args).start()
+    first.wait_ready()
+    produce_events(kafka_bootstrap, topics.events, events[:half], CODEC)
+    wait_quiescent(kafka_bootstrap, app_id, topics, timeout=120)
+    wait_for_rounds(kafka_bootstrap, topics)
+    time.sleep(1.5)  # the first half's last rounds (every 0.5 s with input since)
+    produce_events(kafka_bootstrap, topics.events, events[half:], CODEC)
+    wait_quiescent(kafka_bootstrap, app_id, topics, timeout=120)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _metric(first, "traintrace_cohorts_left_memory_total") <= settled:
+        time.sleep(0.3)
+    assert _metric(first, "traintrace_cohorts_left_memory_total") > settled, first.log_tail(40)
+    time.sleep(1.5)
+    first.kill()
+    second = new_worker(1, args).start()
+    second.wait_ready()
+    wait_for_log(second, r"(?s)\[[01]\]: .*idle left out of memory.*\[[01]\]: .*idle left out of memory")
+    idle = sum(int(m.group(1)) for m in re.finditer(r"(\d+) idle left out of memory", second.log_tail(400)))
+    assert idle > 0, second.log_tail(60)
+    last = {cohort_of[d["job_id"]]: d for d in events}
+    again = list(last.values())
+    produce_events(kafka_bootstrap, topics.events, again, CODEC)  # redelivered copies: dropped
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _metric(second, "traintrace_cohorts_brought_back_total") == 0:
+        time.sleep(0.3)
+    assert _metric(second, "traintrace_cohorts_brought_back_total") > 0, second.log_tail(40)
+    wait_quiescent(kafka_bootstrap, app_id, topics, timeout=120)
+    write_log(log, events + again)
+    check_pipeline(kafka_bootstrap, topics, app_id, str(log), 0, allow_copies=False, grace_s=4)
 
 
 def _metric(w: WorkerProcess, name: str) -> float:

@@ -4,6 +4,8 @@ same answers from the dict of ``--store memory``."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from streams.codec import Codec
@@ -22,6 +24,9 @@ def record(i: int, status: str = "OK", content: str | None = None, ids: list[str
 @pytest.mark.parametrize("store", ["rocksdb://", "memory://"])
 def test_the_last_status_of_a_checkpoint_is_answered_as_it_was_written(tmp_path, store):
     view = CheckpointView(WorkerSettings("127.0.0.1:1", data_dir=tmp_path, store=store), Codec())
+    assert view.status == {} and not any(tmp_path.iterdir())  # nothing on disk before it starts
+    view._thread = threading.Thread(target=lambda: None)  # no Kafka: only the store opens
+    view.start()
     assert isinstance(view.status, DiskView if store.startswith("rocksdb") else dict)
     for i in range(200):
         view.put(record(i))
