@@ -101,14 +101,19 @@ def test_without_evict_idle_an_idle_training_cohort_stays():
     assert set(referee.engines) == {"settled", "training"}  # only written settled cohorts leave
 
 
-def test_a_plan_not_acknowledged_keeps_a_cohort_unsettled_but_not_busy():
-    referee = Referee()
+def _diverged(referee: Referee, publish: bool):
+    """Cohort ``d``: every job diverges, nobody rolls back or finishes (plans stand unacknowledged)."""
     dicts = [d for d in generate_cohorts(jobs=4, cohort_size=4, steps=200, seed=5, prefix="d-", divergence_rate=1.0,
                                          exploit_every=20, exploit_prob=1.0)
              if d["type"] not in ("RolledBack", "JobFinished")]
     for i, d in enumerate(dicts):
-        referee.handle("d", parse_event(d), 1_000 + i, partition=0, publish=False)
-    lin = referee.engines["d"]
+        referee.handle("d", parse_event(d), 1_000 + i, partition=0, publish=publish)
+    return referee.engines["d"]
+
+
+def test_a_plan_not_acknowledged_keeps_a_cohort_unsettled_but_not_busy():
+    referee = Referee()
+    lin = _diverged(referee, publish=False)
     assert any(p is not None for p in lin.plans.values())
     assert images.quiescent(lin) and not images.settled(lin)
 
@@ -133,12 +138,7 @@ def test_an_idle_cohort_with_an_unacknowledged_command_leaves_memory_and_still_a
     """The acknowledgement would be input (which brings the cohort back), so until then the plan
     stands: the referee keeps the command and its action, and the timeout alerts once."""
     referee = Referee(ack_timeout_ms=1_000)
-    dicts = [d for d in generate_cohorts(jobs=4, cohort_size=4, steps=200, seed=5, prefix="d-", divergence_rate=1.0,
-                                         exploit_every=20, exploit_prob=1.0)
-             if d["type"] not in ("RolledBack", "JobFinished")]
-    for i, d in enumerate(dicts):
-        referee.handle("d", parse_event(d), 1_000 + i, partition=0, publish=True)
-    lin = referee.engines["d"]
+    lin = _diverged(referee, publish=True)
     pending = {cid: v for cid, v in referee.issued.items() if v[0] == "d"}
     assert pending and images.quiescent(lin)
     actions = {cid: lin.plans[v[1]]["action"] for cid, v in pending.items()}
