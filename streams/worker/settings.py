@@ -73,8 +73,8 @@ WORKER_SETTINGS: tuple[Setting, ...] = (
             "(/jobs, /incidents, /plans) show only the cohorts in memory.", negative="--keep-settled"),
     Setting("--evict-idle", "TRAINTRACE_EVICT_IDLE", bool, False,
             "Let a cohort that had no input for a whole snapshot round leave memory too, though its jobs have "
-            "not finished, when nothing waits on the clock (every plan acknowledged, no event held for a "
-            "seal, no consumption waiting for its source): back from its snapshot at its next event. A "
+            "not finished, when nothing waits on the clock (no event held for a seal, no consumption waiting "
+            "for its source; an unacknowledged command still alerts): back from its snapshot at its next event. A "
             "worker's memory then follows the cohorts that train, not every cohort that ever did; the HTTP "
             "views show only the cohorts in memory.", negative="--keep-idle"),
     Setting("--watchdog-seconds", "TRAINTRACE_WATCHDOG_SECONDS", float, 180.0,
