@@ -7,6 +7,7 @@ functions), so a lazy import cannot hide an upward dependency."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -47,31 +48,34 @@ PURE = {"core", "control", "referee", "records"}
 IO_LIBS = {"confluent_kafka", "faust", "aiokafka", "fastavro", "mode", "socket", "requests", "urllib"}
 
 
-def _modules():
+@functools.lru_cache(maxsize=1)
+def _parsed() -> tuple[tuple[str, Path, tuple[tuple[str, int, tuple[str, ...]], ...]], ...]:
+    """Every module of ``streams`` as (package, path, its imports), parsed once for all the tests
+    of this file (a parse and a walk of every module took about 5 s a test)."""
+    out = []
     for path in sorted(STREAMS.rglob("*.py")):
         rel = path.relative_to(STREAMS)
         top = rel.parts[0].removesuffix(".py")
-        yield top, rel, ast.parse(path.read_text(), str(path))
-
-
-def _imports(tree: ast.AST):
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            yield node.module, node.lineno, [a.name for a in node.names]
-        elif isinstance(node, ast.Import):
-            for a in node.names:
-                yield a.name, node.lineno, []
+        tree = ast.parse(path.read_text(), str(path))
+        imports = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                imports.append((node.module, node.lineno, tuple(a.name for a in node.names)))
+            elif isinstance(node, ast.Import):
+                imports.extend((a.name, node.lineno, ()) for a in node.names)
+        out.append((top, rel, tuple(imports)))
+    return tuple(out)
 
 
 def test_every_package_has_a_rank():
-    tops = {top for top, _rel, _tree in _modules()}
+    tops = {top for top, _rel, _tree in _parsed()}
     assert tops <= set(RANKS), f"rank these packages in RANKS: {sorted(tops - set(RANKS))}"
 
 
 def test_no_package_imports_one_above_it():
     bad = []
-    for top, rel, tree in _modules():
-        for module, line, names in _imports(tree):
+    for top, rel, imports in _parsed():
+        for module, line, names in imports:
             parts = module.split(".")
             if parts[0] != "streams":
                 continue
@@ -85,8 +89,8 @@ def test_no_package_imports_one_above_it():
 
 def test_no_cycles_between_packages():
     edges: dict[str, set[str]] = {}
-    for top, _rel, tree in _modules():
-        for module, _line, names in _imports(tree):
+    for top, _rel, imports in _parsed():
+        for module, _line, names in imports:
             parts = module.split(".")
             if parts[0] == "streams":
                 for target in ([parts[1]] if len(parts) > 1 else names):
@@ -111,10 +115,10 @@ def test_no_cycles_between_packages():
 @pytest.mark.parametrize("package", sorted(PURE))
 def test_pure_packages_import_no_io(package):
     bad = []
-    for top, rel, tree in _modules():
+    for top, rel, imports in _parsed():
         if top != package:
             continue
-        for module, line, _names in _imports(tree):
+        for module, line, _names in imports:
             if module.split(".")[0] in IO_LIBS:
                 bad.append(f"streams/{rel}:{line} imports {module}")
     assert not bad, "\n".join(bad)
@@ -127,10 +131,10 @@ DEVTOOLS_USERS = {"devtools", "cli", "demo", "testing"}
 
 def test_dev_tooling_is_imported_only_by_the_cli_the_demo_and_the_tests():
     bad = []
-    for top, rel, tree in _modules():
+    for top, rel, imports in _parsed():
         if top in DEVTOOLS_USERS:
             continue
-        for module, line, names in _imports(tree):
+        for module, line, names in imports:
             parts = module.split(".")
             if parts[:2] == ["streams", "devtools"] or (parts == ["streams"] and "devtools" in names):
                 bad.append(f"streams/{rel}:{line} ({top}) imports {module}")
