@@ -155,6 +155,12 @@ def broker() -> None:
          "replicated 3 times, min.insync.replicas 2. A data dir stays a cluster or a single broker. "
          "(--docker: docker-compose.yml runs its own three nodes.)",
 )
+@click.option(
+    "--jvm", type=click.Choice(sorted(lib.JVM_MODES)), envvar="TRAINTRACE_BROKER_JVM", show_envvar=True,
+    default=lib.DEFAULT_JVM, show_default=True,
+    help="lean: the client compiler and the serial collector (half the CPU to start, little at rest: "
+         "a laptop's or a test's broker); server: G1 and the optimising compiler, for long loaded runs.",
+)
 @_docker_options
 @_json_option
 @_errors
@@ -166,6 +172,7 @@ def start(
     timeout: float,
     secure: bool,
     nodes: int,
+    jvm: str,
     docker: bool,
     compose_file: Path,
     as_json: bool,
@@ -184,9 +191,10 @@ def start(
         return
 
     if nodes > 1:
-        _start_cluster(data_dir, nodes, port, controller_port, kafka_version, timeout, secure, as_json)
+        _start_cluster(data_dir, nodes, port, controller_port, kafka_version, timeout, secure, jvm, as_json)
         return
-    b = lib.LocalBroker(data_dir, port=port, controller_port=controller_port, version=kafka_version, secure=secure)
+    b = lib.LocalBroker(data_dir, port=port, controller_port=controller_port, version=kafka_version, secure=secure,
+                       jvm=jvm)
     st = b.status()
     if st["running"]:
         if as_json:
@@ -212,9 +220,9 @@ def start(
 
 
 def _start_cluster(data_dir: Path | None, nodes: int, port: int | None, controller_port: int | None,
-                   kafka_version: str, timeout: float, secure: bool, as_json: bool) -> None:
+                   kafka_version: str, timeout: float, secure: bool, jvm: str, as_json: bool) -> None:
     c = cluster_lib.LocalCluster(data_dir, nodes, port, kafka_version, controller_port=controller_port,
-                                 secure=secure)
+                                 secure=secure, jvm=jvm)
     if c.nodes and c.size != nodes:
         fail(f"the cluster in {c.data_dir} has {c.size} nodes, not {nodes}; start it with --nodes {c.size} "
              "or use another --data-dir", command="broker")

@@ -40,6 +40,7 @@ from streams.devtools.broker import (
     CLUSTER_RECORD_FILE,
     LOOPBACK,
     RECORD_FILE,
+    JVM_MODES,
     BrokerError,
     BrokerStartFailed,
     BrokerStartTimeout,
@@ -215,6 +216,7 @@ class LocalCluster:
         extra_properties: Mapping[str, Any] | None = None,
         die_with_parent: bool = False,
         secure: bool = False,
+        jvm: str | None = None,
     ) -> None:
         if nodes < 1:
             raise ValueError("a cluster has at least one node")
@@ -228,7 +230,7 @@ class LocalCluster:
         self.secure = secure
         self._node_kwargs = {"version": self.version, "cache_dir": cache_dir, "heap_max": heap_max,
                              "heap_min": heap_min, "die_with_parent": die_with_parent, "secure": secure,
-                             "extra_properties": {**cluster_properties(self.size), **(extra_properties or {})}}
+                             "jvm": jvm, "extra_properties": {**cluster_properties(self.size), **(extra_properties or {})}}
         self.nodes: list[ClusterNode] = self._nodes_from(record) if record.get("nodes") else []
 
     def __repr__(self) -> str:
@@ -495,7 +497,7 @@ class LocalCluster:
         java, libs = find_java(), resolve_jars(self.version, self.cache_dir)
         tool = self._quorum_tool()
         args = self._quorum_client_args()
-        cmd = [java, "-Xmx128m", f"-Dlog4j2.configurationFile={tool.with_suffix('.log4j2.properties')}",
+        cmd = [java, "-Xmx128m", *JVM_MODES["lean"], f"-Dlog4j2.configurationFile={tool.with_suffix('.log4j2.properties')}",
                "-cp", str(libs / "*"), str(tool), *args]
         try:
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 30,

@@ -218,3 +218,18 @@ def test_cli_status_and_errors(tmp_path: Path) -> None:
     assert res.exit_code == 2
     assert res.stderr.strip().count("\n") == 0
     assert f"port {port}" in res.stderr and "Traceback" not in res.output
+
+
+def test_the_jvm_mode_is_lean_unless_set_and_a_wrong_one_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from streams.devtools.broker import JVM_MODES, BrokerError, LocalBroker, jvm_mode
+
+    monkeypatch.delenv("TRAINTRACE_BROKER_JVM", raising=False)
+    assert jvm_mode() == "lean"
+    assert LocalBroker("/tmp/x")._jvm_flags() == JVM_MODES["lean"]
+    assert "-XX:TieredStopAtLevel=1" in JVM_MODES["lean"]
+    monkeypatch.setenv("TRAINTRACE_BROKER_JVM", "server")
+    assert LocalBroker("/tmp/x")._jvm_flags() == JVM_MODES["server"]
+    assert LocalBroker("/tmp/x", jvm="lean")._jvm_flags() == JVM_MODES["lean"]
+    monkeypatch.setenv("TRAINTRACE_BROKER_JVM", "fast")
+    with pytest.raises(BrokerError, match="TRAINTRACE_BROKER_JVM='fast': use one of lean, server"):
+        jvm_mode()
