@@ -93,7 +93,7 @@ def check_commitments(a: AuditContext, referee: Referee, cohort: str, pending: T
         mine = build_commitment(cohort, lin, value["ts"])
         pos = referee.position.get(cohort) if value.get("input_offset") is not None else None
         mine["input_partition"], mine["input_offset"] = pos if pos is not None else (None, None)
-        for k in ("signature", "key_id"):
+        for k in ("signature", "key_id", "checkpoint"):  # the signer's: checked by check_signature
             mine[k] = value.get(k)
         expected["commitments"].append((R.Emission("commitments", cohort, "LineageCommitment", mine), None))
         diffs = values_differ(_plain(mine), _plain(value))
@@ -126,6 +126,15 @@ def check_signature(a: AuditContext, rec: LogRecord, value: dict[str, Any]) -> N
         chk.count(f"rejected:{reason}")
         chk.fail(Finding(f"signature rejected: {reason}", where=where(rec), field="signature",
                          expected="a valid signature by a trusted key", found=value.get("key_id")))
+    if ok and value.get("checkpoint"):  # v10: the fold log as a signed C2SP checkpoint (issue 28)
+        from streams.signing import checkpoint_problem
+
+        problem = checkpoint_problem(value, a.trusted)
+        chk.count("checkpoint rejected" if problem else "checkpoint verified")
+        if problem:
+            chk.fail(Finding(f"checkpoint rejected: {problem}", where=where(rec), field="checkpoint",
+                             expected="a C2SP checkpoint of the commitment's fold log signed by its key",
+                             found=str(value.get("checkpoint")).split("\n", 1)[0]))
 
 
 def _plain(v: dict[str, Any]) -> dict[str, Any]:

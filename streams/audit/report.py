@@ -104,7 +104,10 @@ class Check:
                 "rejected": t.get("rejected", 0) if self.trusted else 0,
                 "not_checked": 0 if self.trusted else signed,
                 "rejected_by_reason": {k.split(":", 1)[1]: v for k, v in sorted(t.items())
-                                       if k.startswith("rejected:")}}
+                                       if k.startswith("rejected:")},
+                # v10: the C2SP checkpoint notes the commitments carry (issue 28)
+                "checkpoints_verified": t.get("checkpoint verified", 0) if self.trusted else 0,
+                "checkpoints_rejected": t.get("checkpoint rejected", 0) if self.trusted else 0}
 
     @property
     def summary(self) -> str:
@@ -123,12 +126,16 @@ class Check:
         if not sig["trusted_keys"]:
             return (f"{self.verdict} — {head}; signatures NOT checked (no --trusted-keys): "
                     f"{sig['signed']} signed, {sig['unsigned']} unsigned")
+        cps = sig["checkpoints_verified"]
+        notes = f", {cps} checkpoint note{'s' if cps != 1 else ''} verified" if cps else ""
+        if sig["checkpoints_rejected"]:
+            notes += f", {sig['checkpoints_rejected']} checkpoint note(s) REJECTED"
         if not sig["rejected"]:
             v = sig["verified"]
-            return f"{self.verdict} — {head}, {v} signature{'s' if v != 1 else ''} verified"
+            return f"{self.verdict} — {head}, {v} signature{'s' if v != 1 else ''} verified{notes}"
         why = ", ".join(f"{r} {n}" for r, n in sig["rejected_by_reason"].items())
         return (f"{self.verdict} — {head}; signatures: {sig['verified']} verified, {sig['rejected']} rejected"
-                + (f" ({why})" if why else "") + f" of {self.checked}")
+                + (f" ({why})" if why else "") + f" of {self.checked}{notes}")
 
     def fail(self, f: Finding) -> None:
         self.failed += 1

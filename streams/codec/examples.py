@@ -107,10 +107,13 @@ def example_records() -> list[dict[str, Any]]:
                    {"job_id": "job-c", "seq": 3, "hash": _h("job-c", 3)}],
          "snapshot": snap, "ts": 1760000100006, "signature": bytes(range(64)), "key_id": "processor-1",
          # log_root / log_size: added in v3
-         "log_root": _h("log", 11), "log_size": 11, "input_partition": 2, "input_offset": 40},
+         "log_root": _h("log", 11), "log_size": 11, "input_partition": 2, "input_offset": 40,
+         # added in v10: the C2SP checkpoint note (here with a fake signature)
+         "checkpoint": "traintrace.example/c1\n11\nAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n\n"
+                       "\u2014 traintrace.example AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n"},
         {"type": "LineageCommitment", "cohort_id": "c2", "root": _h(), "tree_size": 0, "heads": [],
          "snapshot": [], "ts": 0, "signature": None, "key_id": None, "log_root": None, "log_size": None,
-         "input_partition": None, "input_offset": None},
+         "input_partition": None, "input_offset": None, "checkpoint": None},
         # added in v7
         {"type": "CohortSnapshot", "cohort_id": "c1", "partition": 2, "covers": 41, "input_offset": 40,
          "settled": False, "format": 1, "digest": _h("state"), "state": b"x\x9c\x03\x00\x00\x00\x00\x01",

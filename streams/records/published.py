@@ -78,6 +78,7 @@ class LineageCommitment(Record):
     log_size: int | None = None
     input_partition: int | None = None
     input_offset: int | None = None
+    checkpoint: str | None = None  # v10: the fold log as a signed C2SP checkpoint note
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

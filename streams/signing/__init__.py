@@ -102,6 +102,20 @@ from streams.signing.commitments import (  # noqa: F401
     check_commitment,
     verify_commitment,
     CommitmentSigner,
+    log_origin,
+    checkpoint_note,
+    check_checkpoint,
+    checkpoint_problem,
+)
+from streams.signing.notes import (  # noqa: F401
+    Checkpoint,
+    NoteError,
+    NoteKey,
+    NoteSigner,
+    open_checkpoint,
+    open_note,
+    parse_note,
+    sign_checkpoint,
 )
 from streams.signing.snapshots import (  # noqa: F401
     SNAPSHOT_DOMAIN,

@@ -11,6 +11,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from streams.core.commitment import check_heads
+from streams.signing.notes import (Checkpoint, NoteError, NoteKey, NoteSigner, Opened, open_checkpoint, parse_note,
+                                   sign_checkpoint)
 from streams.signing.keys import COMMITMENT, TrustedKeys, key_id
 from streams.signing.message import (BAD_SIGNATURE, HEADS_MISMATCH, MALFORMED, OK, UNKNOWN_KEY, UNSIGNED, WRONG_ROLE,
                                      SignatureCheck, Signer, part, public_key_of, signature_bytes, typed_field)
@@ -107,8 +109,89 @@ def verify_commitment(record: Mapping[str, Any], trusted: Mapping[str, Any]) -> 
     c = check_commitment(record, trusted)
     return c.ok, c.reason
 
+def log_origin(prefix: str, cohort_id: str) -> str:
+    """The C2SP origin of a cohort's fold log: ``<prefix>/<cohort_id>``."""
+    return f"{prefix}/{cohort_id}"
+
+
+def checkpoint_note(record: Mapping[str, Any], signer: NoteSigner, prefix: str) -> str | None:
+    """The commitment's fold log (``log_size`` leaves, root ``log_root``) as a C2SP checkpoint
+    signed by ``signer``: origin ``<prefix>/<cohort_id>``; None without a fold log."""
+    root, size = record.get("log_root"), record.get("log_size")
+    if root is None or size is None:
+        return None
+    cp = Checkpoint(log_origin(prefix, str(record["cohort_id"])), int(size), bytes.fromhex(str(root)))
+    return sign_checkpoint(cp, signer)
+
+
+def check_checkpoint(record: Mapping[str, Any], log_key: NoteKey, prefix: str | None = None,
+                     witnesses: Iterable[NoteKey] = ()) -> tuple[Checkpoint, Opened]:
+    """The commitment's checkpoint note opened with the log's note key: signed by it, any known
+    witness's cosignature valid, and saying what the record says (the origin ends with the
+    cohort, or is ``<prefix>/<cohort_id>``; size ``log_size``; root ``log_root``).
+    :class:`~streams.signing.notes.NoteError` naming what is wrong."""
+    note = record.get("checkpoint")
+    if not note:
+        raise NoteError(f"cohort {record.get('cohort_id')!r}: the commitment carries no checkpoint note")
+    cp, opened = open_checkpoint(str(note), log_key, witnesses)
+    cohort = str(record.get("cohort_id"))
+    want = log_origin(prefix, cohort) if prefix is not None else None
+    if (want is not None and cp.origin != want) or (want is None and not cp.origin.endswith("/" + cohort)):
+        raise NoteError(f"cohort {cohort!r}: the checkpoint's origin {cp.origin!r} is not this cohort's log")
+    if cp.size != record.get("log_size") or cp.root.hex() != record.get("log_root"):
+        raise NoteError(f"cohort {cohort!r}: the checkpoint (size {cp.size}, root {cp.root.hex()[:16]}…) is not "
+                        f"the commitment's fold log (size {record.get('log_size')}, root "
+                        f"{str(record.get('log_root'))[:16]}…)")
+    return cp, opened
+
+
+def checkpoint_problem(record: Mapping[str, Any], trusted: Mapping[str, Any],
+                       witnesses: Iterable[NoteKey] = ()) -> str | None:
+    """What is wrong with a commitment's checkpoint note (None: nothing, or no note): it must be
+    signed by the commitment's own trusted key (``key_id``), under the note key name its
+    signature line gives, and say the record's fold log (:func:`check_checkpoint`). Never raises."""
+    note = record.get("checkpoint")
+    if not note:
+        return None
+    kid = record.get("key_id")
+    key = public_key_of(trusted.get(kid)) if isinstance(kid, str) and isinstance(trusted, Mapping) else None
+    if key is None:
+        return f"the checkpoint's key {kid} is not in the trusted keyring"
+    try:
+        names = {s.name for s in parse_note(str(note)).signatures}
+        for name in sorted(names):
+            log_key = NoteKey.of(name, key)
+            try:
+                check_checkpoint(record, log_key, witnesses=witnesses)
+                return None
+            except NoteError as exc:
+                if "not signed by the log's key" in str(exc) or "no signature by a trusted key" in str(exc):
+                    continue
+                return str(exc)
+    except (NoteError, ValueError) as exc:
+        return str(exc)
+    return f"the checkpoint is not signed by key {kid} under any name it carries ({', '.join(sorted(names))})"
+
+
 class CommitmentSigner(Signer):
-    """The callable a :class:`~streams.referee.referee.Referee` signs its commitments with."""
+    """The callable a :class:`~streams.referee.referee.Referee` signs its commitments with. With
+    a ``log_origin`` prefix it also publishes each commitment's fold log as a C2SP checkpoint
+    note (``checkpoint``, schemas v10), signed with the same key under the note key name
+    ``log_origin`` (issue 28, docs/keys-and-proofs.md)."""
+
+    log_origin: str | None = None
+
+    def with_log_origin(self, prefix: str | None) -> "CommitmentSigner":
+        self.log_origin = prefix.rstrip("/") if prefix else None
+        return self
+
+    @property
+    def note_signer(self) -> NoteSigner | None:
+        return NoteSigner(self.log_origin, self.private_key) if self.log_origin else None
 
     def __call__(self, record: Mapping[str, Any]) -> dict[str, Any]:
-        return sign_commitment(record, self.private_key)
+        signed = sign_commitment(record, self.private_key)
+        note_signer = self.note_signer
+        if note_signer is not None and self.log_origin is not None:
+            signed["checkpoint"] = checkpoint_note(record, note_signer, self.log_origin)
+        return signed

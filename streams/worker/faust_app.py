@@ -69,9 +69,10 @@ def _signers(settings: WorkerSettings):
         return None, None
     from streams.signing import CommitmentSigner, ControlSigner
 
-    signer = CommitmentSigner.from_file(settings.signing_key)
-    log.info("signing LineageCommitments and control records with key %s (%s)", signer.key_id,
-             settings.signing_key)
+    signer = CommitmentSigner.from_file(settings.signing_key).with_log_origin(settings.log_origin)
+    log.info("signing LineageCommitments and control records with key %s (%s); checkpoints of origin %s/<cohort>, "
+             "note key %s", signer.key_id, settings.signing_key, settings.log_origin, signer.note_signer.key
+             if signer.note_signer else "-")
     return signer, ControlSigner(signer.private_key)
 
 

@@ -56,6 +56,11 @@ WORKER_SETTINGS: tuple[Setting, ...] = (
             "Ed25519 private key (PEM, from `traintrace keygen`) to sign every LineageCommitment and every "
             "lineage.control record with; unsigned without it (job clients with trusted keys then obey "
             "nothing).", metavar="FILE", path=(("dir_okay", False),)),
+    Setting("--log-origin", "TRAINTRACE_LOG_ORIGIN", str, "",
+            "With --signing-key: each commitment also carries its cohort's fold log as a C2SP checkpoint "
+            "(origin <this>/<cohort>) signed as a C2SP signed note under the note key name <this>, which "
+            "standard transparency tools and witnesses verify [default: traintrace.local/<app id>].",
+            metavar="ORIGIN"),
     Setting("--trusted-keys", TRUSTED_KEYS_ENV, Path, None,
             "The keyring the job clients verify control with (processor/ and operator/ public keys): every "
             "lineage.control record that does not verify under it raises a CONTROL_FORGED alert on "
@@ -186,6 +191,9 @@ class WorkerSettings:
     #: Ed25519 private key (PEM) the LineageCommitments are signed with; None: unsigned
     #: (``--signing-key`` / ``TRAINTRACE_SIGNING_KEY``; see docs/keys-and-proofs.md)
     signing_key: Path | None = None
+    #: the origin prefix of the cohorts' fold logs as C2SP checkpoints (``<prefix>/<cohort>``) and
+    #: the name of the processor's note key; empty: ``traintrace.local/<app_id>``
+    log_origin: str = ""
     #: the keyring (a directory as ``traintrace keygen`` lays it out, or one key file) every
     #: lineage.control record is verified with by the control sentinel (streams.worker.sentinel):
     #: a record that does not verify raises a CONTROL_FORGED alert; None: not watched
@@ -200,6 +208,12 @@ class WorkerSettings:
     kafka: KafkaSettings | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        if not self.log_origin:
+            self.log_origin = f"traintrace.local/{self.app_id}"
+        self.log_origin = self.log_origin.rstrip("/")
+        if not self.log_origin or "+" in self.log_origin or any(c.isspace() for c in self.log_origin):
+            raise ValueError(f"--log-origin / TRAINTRACE_LOG_ORIGIN {self.log_origin!r}: a note key name, "
+                             "without spaces or '+' (e.g. traintrace.example/prod)")
         if not self.client_id:
             self.client_id = kafka_client_id(socket.gethostname(), self.web_port)
         if self.kafka is None:
@@ -239,7 +253,7 @@ class WorkerSettings:
             commitment_interval_s=values["commitment_interval"], commit_interval_s=values["commit_interval"],
             session_timeout_s=values["session_timeout"], watchdog_s=values["watchdog_seconds"],
             loglevel=values["loglevel"], signing_key=values["signing_key"], trusted_keys=values["trusted_keys"],
-            snapshot_every=values["snapshot_every"], snapshot_interval_s=values["snapshot_interval"],
+            log_origin=values["log_origin"], snapshot_every=values["snapshot_every"], snapshot_interval_s=values["snapshot_interval"],
             evict_settled=values["evict_settled"], evict_idle=values["evict_idle"], kafka=kafka,
             settle_horizon_ms=None if horizon is None else int(horizon * 1000),
             cohort_horizons_ms=cohort_horizons, retention_interval_s=values["retention_interval"],

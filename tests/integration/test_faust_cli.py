@@ -104,11 +104,13 @@ CASES = {
     "retention_interval": ("2", lambda s: s.retention_interval_s, 2.0),
     "route_feed": ("faust", lambda s: s.route_feed, "faust"),
     "fold_feed": ("direct", lambda s: s.fold_feed, "direct"),
+    "log_origin": ("traintrace.example/prod/", lambda s: s.log_origin, "traintrace.example/prod"),
 }
 DEFAULTS = {  # what the worker makes of an option's default
     "data_dir": Path(".traintrace/worker-6066"), "store": "rocksdb://", "grace_seconds": 30000,
     "ack_timeout": 300000, "signing_key": None, "trusted_keys": None, "topic_prefix": "lineage.events",
     "require_sealed_events": False, "evict_settled": False, "evict_idle": False, "settle_horizon": None, "cohort_settle_horizons": {},
+    "log_origin": "traintrace.local/traintrace",
 }
 #: options the settings take from the environment elsewhere: the Kafka client's (KafkaSettings.from_env
 #: in WorkerSettings: tests/unit/test_kafka_security.py) and the issued job keys (a real key

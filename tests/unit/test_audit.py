@@ -329,7 +329,8 @@ def test_unsigned_commitments_without_trusted_keys_say_nothing_was_verified(tmp_
     d = chk.as_dict()
     assert d["summary"] == chk.summary and d["recompute"] == n
     assert d["signatures"] == {"trusted_keys": False, "signed": 0, "unsigned": n, "verified": 0, "rejected": 0,
-                               "not_checked": 0, "rejected_by_reason": {}}
+                               "not_checked": 0, "rejected_by_reason": {},
+                               "checkpoints_verified": 0, "checkpoints_rejected": 0}
     assert any("without a signature" in x for x in chk.notes)
     # the other checks have a verdict line too; only the commitments check has signatures
     other = audit(chained_log(tmp_path)).check("chains").as_dict()

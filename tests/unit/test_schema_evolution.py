@@ -74,7 +74,7 @@ AGENT_FIELDS = {
                            "secondary_divergences", "tainted_checkpoints", "plans", "concurrency_snapshot",
                            "commitment_root", "ts"],
     "LineageCommitment": ["cohort_id", "root", "tree_size", "heads", "snapshot", "ts", "signature", "key_id",
-                          "log_root", "log_size", "input_partition", "input_offset"],
+                          "log_root", "log_size", "input_partition", "input_offset", "checkpoint"],
     "DeadLetter": ["original_topic", "original_partition", "original_offset", "original_key", "original_value",
                    "reason", "error_kind", "ts"],
 }
