@@ -31,6 +31,7 @@ RANKS: dict[str, int] = {
     "operator_commands": 4,  # the human operators: publish, plans, release, alerts
     "alerting": 4,      # the referee's alerts to an Alertmanager: mapping, book (pure), the forwarder
     "client": 4,        # the job client
+    "witness": 4,       # the C2SP tlog-witness client: checkpoints cosigned by independent witnesses
     "integrations": 5,  # the job client inside PyTorch, HF Trainer, Lightning, Ray Tune
     "report": 5,        # the incident report (HTML/SVG/PNG)
     "demo": 5,          # the numpy demo, the smoke test, the worked example
