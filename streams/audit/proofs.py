@@ -36,6 +36,7 @@ from streams.core.state import Config
 from streams.audit.errors import AuditError
 
 __all__ = [
+    "BUNDLE",
     "CONSISTENCY",
     "EVENT",
     "FORMAT",
@@ -47,6 +48,7 @@ __all__ = [
     "ProofVerdict",
     "commitment_from_json",
     "commitment_to_json",
+    "make_bundle",
     "prove_consistency",
     "prove_event",
     "prove_head",
@@ -384,6 +386,28 @@ def prove_event(source: ProofSource, job_id: str, seq: int, size: int | None = N
     }
 
 
+#: what a bundle adds to an event-inclusion document (issue 28)
+BUNDLE = "traintrace-bundle/1"
+
+
+def make_bundle(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """An offline proof bundle of an ``event-inclusion`` document: the document itself (the
+    event, its leaf, its inclusion proof, the commitment) and, at the top level in the names an
+    outside verifier reads, the commitment's signed C2SP checkpoint note (with any witness
+    cosignatures), the leaf, its index and its inclusion proof. Checked by ``verify-proof``, and
+    for its Merkle and signature parts by any tlog tool (tests/go/tlogverify)."""
+    if doc.get("type") != EVENT:
+        raise ProofError("a bundle is made of an event proof (--event JOB:SEQ)")
+    com = doc.get("commitment") or {}
+    note = com.get("checkpoint")
+    if not note:
+        raise ProofError(f"cohort {doc.get('cohort')!r}: the commitment at size {doc.get('tree_size')} carries no "
+                         "checkpoint note (a worker without --signing-key, a recomputed commitment, or one "
+                         "published before schemas v10): no bundle")
+    return {**doc, "bundle": BUNDLE, "checkpoint": note, "leaf": doc["leaf_hex"], "leaf_index": doc["index"],
+            "inclusion_proof": list(doc["proof"])}
+
+
 def prove_consistency(source: ProofSource, cohort: str, old_size: int, new_size: int | None = None) -> dict[str, Any]:
     """A ``log-consistency`` document: the cohort's fold log at ``old_size`` is a prefix of the
     one at ``new_size`` (default: the whole log)."""
@@ -487,10 +511,13 @@ def _check_anchor(com: Any, which: str, cohort: Any, expect: dict[str, Any]) -> 
         raise _Invalid(f"{which} commitment: {problem}")
 
 
-def verify_proof(doc: Any, trusted: Mapping[str, Any] | None = None) -> ProofVerdict:
+def verify_proof(doc: Any, trusted: Mapping[str, Any] | None = None, witnesses: Iterable[Any] = (),
+                 witnesses_required: int = 0) -> ProofVerdict:
     """Check a proof document on its own (and the signatures of its commitments against
     ``trusted`` = ``{key_id: public key}`` when given: then every root must be anchored in a
-    commitment signed by a trusted key). Never raises."""
+    commitment signed by a trusted key). A bundle's checkpoint note must say the proven fold
+    log and, with trusted keys, be signed by the commitment's key; with ``witnesses_required``
+    N, N of the ``witnesses`` (cosignature verifier keys) must have cosigned it. Never raises."""
     if not isinstance(doc, Mapping):
         return ProofVerdict(False, "not a proof document (not a JSON object)")
     kind, cohort = doc.get("type"), doc.get("cohort")
@@ -510,6 +537,8 @@ def verify_proof(doc: Any, trusted: Mapping[str, Any] | None = None) -> ProofVer
         else:
             raise _Invalid(f"unknown proof type {kind!r}")
         notes = _signatures(anchors, trusted, verdict)
+        if doc.get("bundle") is not None or witnesses_required:
+            notes += "; " + _bundle(doc, trusted, list(witnesses), witnesses_required)
     except _Invalid as exc:
         verdict.reason = f"INVALID: {exc}"
         return verdict
@@ -570,6 +599,70 @@ def _verify_consistency(doc: Mapping[str, Any]) -> tuple[str, list[tuple[str, An
                f"prefix of size {new} (root {new_root.hex()[:16]}…)")
     return summary, [("the old", coms.get("old"), srcs.get("old", "?")),
                      ("the new", coms.get("new"), srcs.get("new", "?"))]
+
+
+def _bundle(doc: Mapping[str, Any], trusted: Mapping[str, Any] | None, witnesses: list[Any], required: int) -> str:
+    """A bundle's checkpoint note and its top-level copies of the proof (what an outside
+    verifier reads) against the document; the witness quorum."""
+    from streams.signing.commitments import check_checkpoint
+    from streams.signing.message import public_key_of
+    from streams.signing.notes import Checkpoint, NoteError, NoteKey, open_note, parse_note
+
+    if doc.get("bundle") != BUNDLE:
+        raise _Invalid(f"bundle is {doc.get('bundle')!r}, expected {BUNDLE!r}" if doc.get("bundle") is not None
+                       else "--witnesses-required needs a bundle (prove --bundle): this document has no checkpoint")
+    if doc.get("type") != EVENT:
+        raise _Invalid("a bundle proves an event")
+    for mine, theirs in (("leaf_hex", "leaf"), ("index", "leaf_index"), ("proof", "inclusion_proof")):
+        if doc.get(theirs) != doc.get(mine):
+            raise _Invalid(f"the bundle's {theirs} is not the proof's {mine}")
+    note = doc.get("checkpoint")
+    com = doc.get("commitment")
+    if not isinstance(note, str) or not isinstance(com, Mapping) or com.get("checkpoint") != note:
+        raise _Invalid("the bundle's checkpoint is not its commitment's checkpoint note")
+    try:
+        parsed = parse_note(note)
+        cp = Checkpoint.parse(parsed.text)
+    except NoteError as exc:
+        raise _Invalid(f"checkpoint: {exc}") from None
+    if cp.size != doc.get("tree_size") or cp.root.hex() != str(doc.get("root")).lower():
+        raise _Invalid(f"the checkpoint says size {cp.size} root {cp.root.hex()[:16]}…, the proof size "
+                       f"{doc.get('tree_size')} root {str(doc.get('root'))[:16]}…")
+    said = f"checkpoint {cp.origin} at {cp.size}"
+    if trusted is not None:
+        kid = com.get("key_id")
+        key = public_key_of(trusted.get(kid)) if isinstance(kid, str) else None
+        if key is None:
+            raise _Invalid(f"the checkpoint's key {kid} is not in the trusted keyring")
+        for name in sorted({sig.name for sig in parsed.signatures}):
+            try:
+                check_checkpoint(com, NoteKey.of(name, key))
+                break
+            except NoteError as exc:
+                if "not signed by the log's key" in str(exc) or "no signature by a trusted key" in str(exc):
+                    continue
+                raise _Invalid(f"checkpoint: {exc}") from None
+        else:
+            raise _Invalid(f"the checkpoint is not signed by the commitment's key {kid}")
+        said += " signed by the commitment's key"
+    else:
+        said += " (its signature not checked: no trusted keys given)"
+    if required or witnesses:
+        cosigned: list[str] = []
+        for w in witnesses:
+            try:
+                opened = open_note(parsed, [w])
+            except NoteError as exc:
+                if "no signature by a trusted key" in str(exc):
+                    continue  # this witness did not cosign it
+                raise _Invalid(f"witness {w.name}: {exc}") from None
+            cosigned.extend(k.name for k in opened.cosigners())
+        if len(cosigned) < required:
+            missing = [w.name for w in witnesses if w.name not in cosigned]
+            raise _Invalid(f"{len(cosigned)} valid witness cosignature(s) of the {required} required "
+                           f"(missing: {', '.join(missing) or 'no witness keys given'})")
+        said += f", cosigned by {len(cosigned)} witness(es)" + (f": {', '.join(cosigned)}" if cosigned else "")
+    return said
 
 
 def _signatures(anchors: list[tuple[str, Any, str]], trusted: Mapping[str, Any] | None,

@@ -54,13 +54,17 @@ def _int(text: str, what: str) -> int:
 @click.option("--recompute", is_flag=True,
               help="--head: prove against a commitment recomputed from the end of the log, not the latest "
                    "published one.")
+@click.option("--bundle", is_flag=True,
+              help="--event: an offline bundle: the proof with the commitment's signed C2SP checkpoint (and its "
+                   "witness cosignatures) and, under the names standard tlog tools read, the leaf and its "
+                   "inclusion proof; checked without Kafka or traintrace (docs/keys-and-proofs.md).")
 @click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
               help="Write the proof document to FILE instead of stdout.")
 @click.option("--json", "as_json", is_flag=True, help="With --out: print a JSON summary.")
 @kafka_options(start_broker=False)
 @topic_prefix_option
 def prove(source: str, head_job: str | None, event_ref: str | None, sizes: str | None, cohort: str | None,
-          size: int | None, recompute: bool, out: Path | None, as_json: bool, bootstrap: str | None,
+          size: int | None, recompute: bool, bundle: bool, out: Path | None, as_json: bool, bootstrap: str | None,
           kafka_config: str | None, topic_prefix: str | None) -> None:
     """Write a self-contained Merkle proof about SOURCE: an archive (`traintrace export`), a
     JSON Lines file of events, or `kafka` (the live topics).
@@ -72,8 +76,10 @@ def prove(source: str, head_job: str | None, event_ref: str | None, sizes: str |
     Exits 1 when the proof cannot be made (unknown job, event, cohort or size).
     """
     _check_mode(head_job, event_ref, sizes, cohort, size, recompute)
+    if bundle and event_ref is None:
+        fail("--bundle goes with --event", 1)
     log = _load(source, bootstrap, kafka_config, topic_prefix)
-    from streams.audit.proofs import ProofError, prove_consistency, prove_event, prove_head, replay
+    from streams.audit.proofs import ProofError, make_bundle, prove_consistency, prove_event, prove_head, replay
 
     try:
         with err_console.status("folding the log", spinner="dots") if err_console.is_terminal else nullcontext():
@@ -83,6 +89,8 @@ def prove(source: str, head_job: str | None, event_ref: str | None, sizes: str |
         elif event_ref is not None:
             job, seq = _split(event_ref, "--event", "JOB:SEQ, e.g. A:12")
             doc = prove_event(src, job, _int(seq, "seq"), size, cohort)
+            if bundle:
+                doc = make_bundle(doc)
         else:
             old, new = _split(sizes, "--consistency", "OLD:NEW, e.g. 10:25")
             doc = prove_consistency(src, cohort, _int(old, "old size"), _int(new, "new size"))
@@ -149,12 +157,19 @@ def _print_proof(doc: dict, out: Path | None, as_json: bool) -> None:
               type=click.Path(exists=True, path_type=Path),
               help="Keyring: a directory of public keys (*.pub, *.pem) or a key file; repeatable. Then every "
                    "commitment in the proof must be signed by one of them.")
+@click.option("--witness", "witness_keys", multiple=True, metavar="VKEY",
+              help="A witness's cosignature verifier key (name+id+base64, C2SP tlog-cosignature); repeatable.")
+@click.option("--witnesses-required", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
+              help="A bundle's checkpoint must carry valid cosignatures of N of the --witness keys.")
 @click.option("--json", "as_json", is_flag=True,
               help='Print {"valid", "reason", "type", "cohort", "commitments": [...]}.')
-def verify_proof(file: str, trusted_keys: tuple[Path, ...], as_json: bool) -> None:
+def verify_proof(file: str, trusted_keys: tuple[Path, ...], witness_keys: tuple[str, ...], witnesses_required: int,
+                 as_json: bool) -> None:
     """Check a proof document of `traintrace prove` on its own: the Merkle path, that the
     commitment it names carries the proven root and size (and is self-consistent), and with
-    --trusted-keys the commitment's Ed25519 signature.
+    --trusted-keys the commitment's Ed25519 signature. A bundle (`prove --bundle`): also that its
+    C2SP checkpoint note says the proven fold log (signed by the commitment's key, with
+    --trusted-keys), and with --witnesses-required N that N of the --witness keys cosigned it.
 
     Prints "VALID …" and exits 0, or "INVALID: why" and exits 1 (2 when FILE or the keyring
     cannot be read).
@@ -168,6 +183,19 @@ def verify_proof(file: str, trusted_keys: tuple[Path, ...], as_json: bool) -> No
             trusted = load_keyring(trusted_keys)
         except SigningError as exc:
             fail(str(exc))
+    from streams.signing.notes import COSIGNATURE_V1, NoteError, NoteKey
+
+    witnesses = []
+    for vkey in witness_keys:
+        try:
+            w = NoteKey.parse(vkey)
+        except NoteError as exc:
+            fail(f"--witness: {exc}")
+        if w.kind != COSIGNATURE_V1:
+            fail(f"--witness {w.name}: not a cosignature/v1 key (type 0x04)")
+        witnesses.append(w)
+    if witnesses_required > len(witnesses):
+        fail(f"--witnesses-required {witnesses_required}: only {len(witnesses)} --witness key(s) given")
     try:
         text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
     except OSError as exc:
@@ -177,7 +205,7 @@ def verify_proof(file: str, trusted_keys: tuple[Path, ...], as_json: bool) -> No
     from streams.audit.proofs import ProofVerdict
 
     try:
-        verdict = check(json.loads(text), trusted)
+        verdict = check(json.loads(text), trusted, witnesses, witnesses_required)
     except ValueError as exc:
         verdict = ProofVerdict(False, f"INVALID: {file} is not JSON ({exc})")
     if as_json:
