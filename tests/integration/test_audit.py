@@ -124,6 +124,46 @@ def test_signatures_checked_against_the_keyring(run):
     assert [c.name for c in bad.checks if not c.passed] == ["commands", "commitments", "snapshots"]
 
 
+def test_the_live_checkpoints_verify_here_and_with_the_go_libraries(run, tmp_path):
+    """Issue 28: every commitment the real workers signed carries its fold log as a C2SP
+    checkpoint (origin traintrace.local/<app id>/<cohort>), the audit verifies them all, and the
+    Go verifier (x/mod note, transparency-dev formats and merkle) opens them and checks an
+    offline bundle of an event made from the archive."""
+    from streams.signing import NoteKey, load_keyring, load_private_key
+    from tests import go_verifier
+
+    good = audit(load_archive(str(run["archive"])), trusted_keys=load_keyring(str(run["keys"])))
+    sig = good.check("commitments").as_dict()["signatures"]
+    assert sig["checkpoints_verified"] == sig["verified"] > 0 and not sig["checkpoints_rejected"]
+    coms = [CODEC.decode_record(r.value)[1] for r in load_archive(str(run["archive"])).topic("commitments")]
+    notes = [c["checkpoint"] for c in coms if c.get("log_size")]
+    assert notes and all(n.startswith("traintrace.local/tt-au") for n in notes)
+    if go_verifier.go() is None:
+        pytest.skip("no Go toolchain here")
+    try:
+        binary = go_verifier.build()
+    except RuntimeError as exc:
+        pytest.skip(str(exc).splitlines()[-1])
+    prefix = notes[0].split("\n")[0].rsplit("/", 1)[0]
+    vkey = str(NoteKey.of(prefix, load_private_key(run["keys"] / "processor.key")))
+    for i, note in enumerate(notes[-5:]):
+        f = tmp_path / f"cp{i}"
+        f.write_text(note)
+        rc, out = go_verifier.run(binary, "-log-key", vkey, "-origin", note.split("\n")[0], str(f))
+        assert rc == 0, out
+    bundle = tmp_path / "bundle.json"
+    last = coms[-1]
+    job = last["heads"][0]
+    r = CliRunner().invoke(cli, ["prove", str(run["archive"]), "--event", f"{job['job_id']}:{job['seq']}",
+                                 "--bundle", "-o", str(bundle)])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(cli, ["verify-proof", str(bundle), "--trusted-keys", str(run["keys"])])
+    assert r.exit_code == 0 and "signed by the commitment's key" in r.output, r.output
+    origin = json.loads(bundle.read_text())["checkpoint"].split("\n")[0]
+    rc, out = go_verifier.run(binary, "-log-key", vkey, "-origin", origin, "-bundle", str(bundle))
+    assert rc == 0 and "included" in out, out
+
+
 def test_unsigned_commitment_rejected_with_a_keyring(run, tmp_path):
     from streams.signing import load_keyring
 
