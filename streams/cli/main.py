@@ -41,6 +41,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "ui": ("streams.cli.ui", "ui"),
     "worker": ("streams.cli.worker", "worker"),
     "watch": ("streams.cli.watch", "watch"),
+    "witness-client": ("streams.cli.witness", "witness_client"),
 }
 
 

@@ -14,3 +14,4 @@ from streams.witness.client import (  # noqa: F401
     cosign,
     submit,
 )
+from streams.witness.follow import Outcome, WitnessState, cosign_latest  # noqa: F401

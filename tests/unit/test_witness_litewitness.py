@@ -99,3 +99,59 @@ def test_a_witness_that_answers_nothing_is_one_error():
                                                      .replace("witness.example/x", "witness.example/w1")))
     with pytest.raises(WitnessError, match="witness http://127.0.0.1:9"):
         submit(w, _checkpoint(3), 0, [], timeout=2)
+
+
+# ---------------------------------------------------------------- traintrace witness-client
+
+
+def _archive(tmp_path, name: str, lines: list[str], signer):
+    from streams.files.archive import write_archive
+    from streams.testing.simulate import simulate_pipeline
+
+    src = tmp_path / f"{name}.jsonl"
+    src.write_text("".join(lines))
+    log = simulate_pipeline(str(src), signer, commit_every=2)
+    path = tmp_path / f"{name}.avro"
+    write_archive(str(path), [r for t in log.records.values() for r in t], {"topics": {}})
+    return path
+
+
+def test_the_witness_client_cosigns_each_cohorts_newest_checkpoint_and_names_a_split_view(witness, tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from streams.cli.main import cli
+    from streams.signing import CommitmentSigner
+    from tests.unit.vectors import scenarios_dir
+
+    prefix = "traintrace.example/wc"
+    signer = CommitmentSigner(Ed25519PrivateKey.from_private_bytes(bytes([9]) * 32)).with_log_origin(prefix)
+    lines = [x + "\n" for x in (scenarios_dir() / "01_seed_example.jsonl").read_text().splitlines() if x.strip()]
+    short = _archive(tmp_path, "short", lines[: len(lines) // 2], signer)
+    full = _archive(tmp_path, "full", lines, signer)
+    witness.add_log(f"{prefix}/c1", str(signer.note_signer.key))
+    state, out = tmp_path / "state.json", tmp_path / "notes"
+    spec = f"{witness.vkey}@{witness.url}"
+
+    def run(archive):
+        r = CliRunner().invoke(cli, ["witness-client", str(archive), "--witness", spec, "--state", str(state),
+                                     "--out", str(out), "--json"], catch_exceptions=False)
+        return r.exit_code, json.loads(r.output) if r.output.startswith("{") else r.output
+
+    rc, doc = run(short)
+    assert rc == 0, doc
+    first = doc["outcomes"][0]
+    assert first["ok"] and first["detail"] == "cosigned (from size 0)", doc
+    rc, doc = run(full)  # the log grew: cosigned with the consistency proof from the last size
+    assert rc == 0 and doc["outcomes"][0]["detail"] == f"cosigned (from size {first['size']})", doc
+    note = (out / "c1.note").read_text()
+    w = NoteKey.parse(witness.vkey)
+    cp, opened = open_checkpoint(note, signer.note_signer.key, [w], origin=f"{prefix}/c1")
+    assert opened.cosigners() == (w,) and cp.size == doc["outcomes"][0]["size"]
+    # a second history of c1 signed by the same processor key: the witness refuses, named
+    other = [x.replace('"job_id": "B"', '"job_id": "X"') for x in lines]
+    forked = _archive(tmp_path, "forked", other, signer)
+    rc, doc = run(forked)
+    assert rc == 1 and not doc["outcomes"][0]["ok"], doc
+    assert doc["outcomes"][0]["detail"].startswith(("refused: HTTP 422", "refused: HTTP 409", "the witness cosigned size")), doc
