@@ -145,32 +145,40 @@ def check_checkpoint(record: Mapping[str, Any], log_key: NoteKey, prefix: str | 
     return cp, opened
 
 
-def checkpoint_problem(record: Mapping[str, Any], trusted: Mapping[str, Any],
-                       witnesses: Iterable[NoteKey] = ()) -> str | None:
-    """What is wrong with a commitment's checkpoint note (None: nothing, or no note): it must be
-    signed by the commitment's own trusted key (``key_id``), under the note key name its
-    signature line gives, and say the record's fold log (:func:`check_checkpoint`). Never raises."""
+def open_commitment_checkpoint(record: Mapping[str, Any], public_key: Any,
+                               witnesses: Iterable[NoteKey] = ()) -> tuple[Checkpoint, Opened]:
+    """The commitment's checkpoint note opened with the commitment's own key (``public_key``,
+    under whichever note key name its signature lines carry) and checked against the record
+    (:func:`check_checkpoint`). :class:`~streams.signing.notes.NoteError` naming what is wrong."""
     note = record.get("checkpoint")
     if not note:
+        raise NoteError(f"cohort {record.get('cohort_id')!r}: the commitment carries no checkpoint note")
+    names = sorted({s.name for s in parse_note(str(note)).signatures})
+    for name in names:
+        try:
+            return check_checkpoint(record, NoteKey.of(name, public_key), witnesses=witnesses)
+        except NoteError as exc:
+            if "not signed by the log's key" not in str(exc) and "no signature by a trusted key" not in str(exc):
+                raise
+    raise NoteError(f"the checkpoint is not signed by key {record.get('key_id')} under any name it carries "
+                    f"({', '.join(names)})")
+
+
+def checkpoint_problem(record: Mapping[str, Any], trusted: Mapping[str, Any],
+                       witnesses: Iterable[NoteKey] = ()) -> str | None:
+    """What is wrong with a commitment's checkpoint note (None: nothing, or no note): signed by
+    the commitment's own trusted key (``key_id``) and saying the record's fold log. Never raises."""
+    if not record.get("checkpoint"):
         return None
     kid = record.get("key_id")
     key = public_key_of(trusted.get(kid)) if isinstance(kid, str) and isinstance(trusted, Mapping) else None
     if key is None:
         return f"the checkpoint's key {kid} is not in the trusted keyring"
     try:
-        names = {s.name for s in parse_note(str(note)).signatures}
-        for name in sorted(names):
-            log_key = NoteKey.of(name, key)
-            try:
-                check_checkpoint(record, log_key, witnesses=witnesses)
-                return None
-            except NoteError as exc:
-                if "not signed by the log's key" in str(exc) or "no signature by a trusted key" in str(exc):
-                    continue
-                return str(exc)
+        open_commitment_checkpoint(record, key, witnesses)
     except (NoteError, ValueError) as exc:
         return str(exc)
-    return f"the checkpoint is not signed by key {kid} under any name it carries ({', '.join(sorted(names))})"
+    return None
 
 
 class CommitmentSigner(Signer):
