@@ -606,7 +606,7 @@ def _bundle(doc: Mapping[str, Any], trusted: Mapping[str, Any] | None, witnesses
     verifier reads) against the document; the witness quorum."""
     from streams.signing.commitments import open_commitment_checkpoint
     from streams.signing.message import public_key_of
-    from streams.signing.notes import Checkpoint, NoteError, open_note, parse_note
+    from streams.signing.notes import Checkpoint, NoteError, NotSignedBy, open_note, parse_note
 
     if doc.get("bundle") != BUNDLE:
         raise _Invalid(f"bundle is {doc.get('bundle')!r}, expected {BUNDLE!r}" if doc.get("bundle") is not None
@@ -646,9 +646,9 @@ def _bundle(doc: Mapping[str, Any], trusted: Mapping[str, Any] | None, witnesses
         for w in witnesses:
             try:
                 opened = open_note(parsed, [w])
+            except NotSignedBy:
+                continue  # this witness did not cosign it
             except NoteError as exc:
-                if "no signature by a trusted key" in str(exc):
-                    continue  # this witness did not cosign it
                 raise _Invalid(f"witness {w.name}: {exc}") from None
             cosigned.extend(k.name for k in opened.cosigners())
         if len(cosigned) < required:

@@ -191,12 +191,13 @@ JVM_MODES = {
 DEFAULT_JVM = "lean"
 
 
-def jvm_mode() -> str:
-    """The JVM mode of local brokers now: ``TRAINTRACE_BROKER_JVM`` (``lean`` or ``server``) or
-    ``lean``; anything else is one line naming the setting."""
-    mode = (os.environ.get("TRAINTRACE_BROKER_JVM") or DEFAULT_JVM).strip().lower()
+def jvm_mode(mode: str | None = None) -> str:
+    """The JVM mode of local brokers: ``mode`` when given, else ``TRAINTRACE_BROKER_JVM`` or
+    ``lean``; one not in :data:`JVM_MODES` is one line naming where it came from."""
+    where = "jvm" if mode else "TRAINTRACE_BROKER_JVM"
+    mode = (mode or os.environ.get("TRAINTRACE_BROKER_JVM") or DEFAULT_JVM).strip().lower()
     if mode not in JVM_MODES:
-        raise BrokerError(f"TRAINTRACE_BROKER_JVM={mode!r}: use one of {', '.join(sorted(JVM_MODES))}")
+        raise BrokerError(f"{where}={mode!r}: use one of {', '.join(sorted(JVM_MODES))}")
     return mode
 
 
@@ -905,10 +906,7 @@ class LocalBroker:
         return log4j, tools_log4j
 
     def _jvm_flags(self) -> tuple[str, ...]:
-        mode = self.jvm or jvm_mode()
-        if mode not in JVM_MODES:
-            raise BrokerError(f"jvm={mode!r}: use one of {', '.join(sorted(JVM_MODES))}")
-        return JVM_MODES[mode]
+        return JVM_MODES[jvm_mode(self.jvm)]
 
     def _launch(self, java: str, libs: Path, log4j: Path) -> subprocess.Popen:
         """The broker's JVM, in its own session (it survives the CLI and its terminal)."""

@@ -11,8 +11,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from streams.core.commitment import check_heads
-from streams.signing.notes import (Checkpoint, NoteError, NoteKey, NoteSigner, Opened, open_checkpoint, parse_note,
-                                   sign_checkpoint)
+from streams.signing.notes import (Checkpoint, NoteError, NoteKey, NoteSigner, NotSignedBy, Opened, open_checkpoint,
+                                   parse_note, sign_checkpoint)
 from streams.signing.keys import COMMITMENT, TrustedKeys, key_id
 from streams.signing.message import (BAD_SIGNATURE, HEADS_MISMATCH, MALFORMED, OK, UNKNOWN_KEY, UNSIGNED, WRONG_ROLE,
                                      SignatureCheck, Signer, part, public_key_of, signature_bytes, typed_field)
@@ -157,9 +157,8 @@ def open_commitment_checkpoint(record: Mapping[str, Any], public_key: Any,
     for name in names:
         try:
             return check_checkpoint(record, NoteKey.of(name, public_key), witnesses=witnesses)
-        except NoteError as exc:
-            if "not signed by the log's key" not in str(exc) and "no signature by a trusted key" not in str(exc):
-                raise
+        except NotSignedBy:
+            continue  # another name of the note
     raise NoteError(f"the checkpoint is not signed by key {record.get('key_id')} under any name it carries "
                     f"({', '.join(names)})")
 

@@ -46,6 +46,11 @@ class NoteError(TraintraceError):
     """A note, key or checkpoint that is malformed, or a note no trusted key verifies."""
 
 
+class NotSignedBy(NoteError):
+    """A well-formed note that carries no signature by the key(s) asked for (as opposed to a
+    signature by one of them that does not verify, a plain :class:`NoteError`)."""
+
+
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
@@ -305,7 +310,7 @@ def open_note(message: str | bytes | Note, known: Iterable[NoteKey]) -> Opened:
         verified.append(key)
     if not verified:
         names = ", ".join(sorted({f"{s.name}+{s.key_hash:08x}" for s in note.signatures}))
-        raise NoteError(f"no signature by a trusted key (signed by: {names})")
+        raise NotSignedBy(f"no signature by a trusted key (signed by: {names})")
     return Opened(note, tuple(verified))
 
 
@@ -360,7 +365,7 @@ def open_checkpoint(message: str | bytes | Note, log_key: NoteKey, witnesses: It
     ``origin`` when given."""
     opened = open_note(message, [log_key, *witnesses])
     if log_key not in opened.verified:
-        raise NoteError(f"the checkpoint is not signed by the log's key {log_key.name}+{log_key.key_hash:08x}")
+        raise NotSignedBy(f"the checkpoint is not signed by the log's key {log_key.name}+{log_key.key_hash:08x}")
     checkpoint = Checkpoint.parse(opened.note.text)
     if origin is not None and checkpoint.origin != origin:
         raise NoteError(f"the checkpoint's origin is {checkpoint.origin!r}, not {origin!r}")
