@@ -20,6 +20,8 @@ TITLES = {
     "commitments": "every commitment recomputes; with --trusted-keys, its signature verifies",
     "snapshots": "every fold snapshot recomputes at the input it covers; with --trusted-keys, its signature verifies",
     "deletions": "every recorded checkpoint deletion was of a checkpoint the referee had marked deletable (SPEC §13)",
+    # only when asked (--witness, --witnesses-required, --checkpoint): streams.audit.witnessing
+    "witnesses": "every C2SP checkpoint is a prefix of this log, no split view; with a quorum, every cohort witnessed",
 }
 MAX_LISTED = 200  # findings kept per check (counts stay exact)
 

@@ -23,6 +23,8 @@ them) and runs its checks, each with its own verdict:
                  no signature is verified, and the verdict line (``Check.summary``) says so:
                  how many records are signed and unsigned, none counted as verified.
 ``snapshots``    every fold snapshot recomputes at the input it covers (signatures as above).
+``witnesses``    (asked for only) the C2SP checkpoints: each a prefix of this log, no split view,
+                 with a quorum every cohort cosigned (:mod:`streams.audit.witnessing`).
 ``deletions``    every ``CheckpointDeleted`` (SPEC §13) was of a checkpoint a RetentionNotice had
                  marked deletable before it (the replay's own judgement: ``DELETED_PINNED``).
                  The notices themselves are control records: ``commands`` re-derives them.
@@ -59,23 +61,33 @@ from streams.audit.log import AuditLog, no_gc
 from streams.audit.report import (CHECKS, MAX_LISTED, TITLES, AuditReport, Check, Finding, finding_line,
                                   recomputed_digest)
 from streams.audit.shards import audit_shards, split_by_cohort
+from streams.audit.witnessing import WitnessPolicy, check_witnesses
 
 __all__ = ["audit", "Auditor", "AuditReport", "Check", "Finding", "finding_line", "recomputed_digest",
-           "split_by_cohort", "CHECKS", "TITLES", "MAX_LISTED", "PARALLEL_MIN_EVENTS"]
+           "split_by_cohort", "WitnessPolicy", "CHECKS", "TITLES", "MAX_LISTED", "PARALLEL_MIN_EVENTS"]
 
 #: the smallest log (events) worth forking for
 PARALLEL_MIN_EVENTS = 20_000
 
 
 def audit(log: AuditLog, config: Config | None = None, trusted_keys: Any = None, cut: bool = False,
-          progress: Callable[[str, int, int], None] | None = None, workers: int | None = None) -> AuditReport:
+          progress: Callable[[str, int, int], None] | None = None, workers: int | None = None,
+          witnesses: WitnessPolicy | None = None) -> AuditReport:
     """Audit ``log``. Cohorts are independent (SPEC §2: the lineage is folded per cohort), so a
     large log is split by cohort into ``workers`` shards (default: the CPUs, at most 4) audited
     by forked processes, and their reports merged; a log that cannot be split cleanly (a job
     routed to cohorts of two shards) is audited in one process. Either way the verdicts, the
-    findings and the recomputed records are the same."""
+    findings and the recomputed records are the same. With an active ``witnesses`` policy the
+    ``witnesses`` check (:mod:`streams.audit.witnessing`) runs after them, on the whole log."""
     with no_gc():
-        return _audit(log, config, trusted_keys, cut, progress, workers)
+        report = _audit(log, config, trusted_keys, cut, progress, workers)
+        if witnesses is not None and witnesses.active:
+            t0 = time.perf_counter()
+            if progress is not None:
+                progress("witnesses", 0, 1)
+            report.checks.append(check_witnesses(log, witnesses, trusted_keys, config=config, cut=cut))
+            report.seconds += time.perf_counter() - t0
+        return report
 
 
 def _audit(log: AuditLog, config, trusted_keys, cut, progress, workers) -> AuditReport:

@@ -45,12 +45,24 @@ from streams.signing import TRUSTED_KEYS_ENV as KEYS_ENV
 @click.option("--as-of", "as_of", default=None, metavar="TIME",
               help="Instead of auditing, show what was known at TIME (ms or ISO 8601): jobs, steps, taint, "
                    "commands issued.")
+@click.option("--witness", "witness_keys", multiple=True, metavar="VKEY",
+              help="A witness's cosignature verifier key (name+id+base64; VKEY@URL as witness-client takes is "
+                   "read as VKEY); repeatable. Checks the cohorts' C2SP checkpoints (needs --trusted-keys).")
+@click.option("--witnesses-required", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
+              help="Every cohort's fold log must have a checkpoint, a prefix of this log, validly cosigned by N "
+                   "of the --witness keys; the failure names the witnesses missing.")
+@click.option("--checkpoint", "checkpoints", multiple=True, metavar="FILE|DIR",
+              type=click.Path(exists=True, path_type=Path),
+              help="Checkpoint notes kept elsewhere (witness-client --out, another auditor's copy): each must be "
+                   "a prefix of this log; two of one size with different roots are named a split view. A "
+                   "directory: its *.note files. Repeatable.")
 @click.option("--show", default=10, show_default=True, help="Findings printed per check.")
 @until_options
 @core_options
 @kafka_options(start_broker=False)
 @topic_prefix_option
 def audit(source: str, as_json: bool, report_path: str | None, trusted_keys: str | None, as_of: str | None,
+          witness_keys: tuple[str, ...], witnesses_required: int, checkpoints: tuple[Path, ...],
           show: int, until_time: str | None, until_offsets: str | None, window: int, spike_factor: float,
           taint_margin: int, bootstrap: str | None, kafka_config: str | None, topic_prefix: str | None,
           require_sealed_events: bool = False, job_keys: Path | None = None) -> None:
@@ -73,6 +85,7 @@ def audit(source: str, as_json: bool, report_path: str | None, trusted_keys: str
     elif not os.path.exists(source):
         fail(f"{source}: no such file (give an archive from `traintrace export`, a JSON Lines file, or `kafka`)")
     keys = _keyring(trusted_keys) if trusted_keys else None
+    policy = _witness_policy(witness_keys, witnesses_required, checkpoints, keys is not None)
     config = core_config(window, spike_factor, taint_margin, require_sealed_events, job_keys)
     log = _load(source, until, kafka, names, as_json)
     if as_of is not None:
@@ -89,7 +102,7 @@ def audit(source: str, as_json: bool, report_path: str | None, trusted_keys: str
                 tasks[stage] = progress.add_task(stage, total=total)
             progress.update(tasks[stage], completed=done, total=total)
 
-        report = run_audit(log, config, keys, cut=until is not None, progress=tick)
+        report = run_audit(log, config, keys, cut=until is not None, progress=tick, witnesses=policy)
     result = report.as_dict()
     if report_path:
         with open(report_path, "w") as fh:
@@ -106,6 +119,32 @@ def _keyring(trusted_keys: str):
     from streams.cli.common import trusted_keyring
 
     return trusted_keyring(trusted_keys)
+
+
+def _witness_policy(witness_keys: tuple[str, ...], required: int, checkpoints: tuple[Path, ...], trusted: bool):
+    """The ``witnesses`` check's policy (None when not asked for); one line and exit 2 for a bad
+    key, a quorum above the keys given, an unreadable note, or no --trusted-keys."""
+    if not (witness_keys or required or checkpoints):
+        return None
+    from streams.audit.witnessing import WitnessPolicy, WitnessPolicyError
+
+    if not trusted:
+        fail("--witness, --witnesses-required and --checkpoint need --trusted-keys: a checkpoint counts only "
+             "once the processor's key opens it")
+    saved = []
+    for path in checkpoints:
+        files = sorted(path.glob("*.note")) if path.is_dir() else [path]
+        if path.is_dir() and not files:
+            fail(f"--checkpoint {path}: no *.note file in the directory")
+        for f in files:
+            try:
+                saved.append((str(f), f.read_text(encoding="utf-8")))
+            except (OSError, UnicodeDecodeError) as exc:
+                fail(f"--checkpoint {f}: cannot read it ({getattr(exc, 'strerror', None) or exc})")
+    try:
+        return WitnessPolicy.parse(witness_keys, required, saved)
+    except WitnessPolicyError as exc:
+        fail(f"--witness: {exc}" if "quorum" not in str(exc) else f"--witnesses-required {required}: {exc}")
 
 
 def _load(source: str, until, kafka, names, as_json: bool):

@@ -24,16 +24,18 @@ T0 = 1_760_000_000_000
 
 def simulate_pipeline(source: str | AuditLog, signer: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
                       batch: int = 7, commit_every: int = 3, grace_ms: int | None = None,
-                      codec: Codec | None = None, horizon_ms: int | None = None) -> AuditLog:
+                      codec: Codec | None = None, horizon_ms: int | None = None,
+                      control_signer: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None) -> AuditLog:
     """``source`` (a path :func:`~streams.audit.log.load` reads, or an events-only log)
     with the processor's topics added. Batch ``i`` is stamped ``T0 + 1000 * i``; with
     ``grace_ms``, the referee's clock-driven tick runs after every batch, as the worker's
     housekeeping timer does; with ``horizon_ms`` (SPEC §13) a retention tick follows every batch,
-    its watermark the latest event time folded (the RetentionNotices go to ``control``)."""
+    its watermark the latest event time folded (the RetentionNotices go to ``control``); with
+    ``control_signer`` the control records are signed as the worker signs them."""
     codec = codec or Codec()
     log = load(source) if isinstance(source, str) else source
     router = Router(codec, {})
-    referee = Referee(signer=signer)
+    referee = Referee(signer=signer, control_signer=control_signer)
     counters: dict[str, int] = {}
 
     def put(topic: str, key: str | None, ts: int, value: bytes) -> None:

@@ -474,3 +474,29 @@ def test_a_witness_cosigns_the_live_checkpoints_and_the_cosigned_commitments_aud
         r = CliRunner().invoke(cli, ["verify-proof", str(bundle), "--trusted-keys", str(run["keys"]),
                                      "--witness", w.vkey, "--witness", absent, "--witnesses-required", "2"])
         assert r.exit_code == 1 and "missing: witness.example/w1" in r.output, r.output
+        # the whole log with a quorum: `audit --witness --witnesses-required` passes, and names a
+        # missing witness
+        audit_args = ["audit", str(out), "--trusted-keys", str(run["keys"]), "--json", "--witness", w.vkey]
+        r = CliRunner().invoke(cli, [*audit_args, "--witnesses-required", "1"])
+        wit = next(c for c in json.loads(r.output)["checks"] if c["name"] == "witnesses")
+        assert r.exit_code == 0 and wit["verdict"] == "PASS", wit
+        assert wit["counts"]["cohorts witnessed"] == len(origins), wit
+        r = CliRunner().invoke(cli, [*audit_args, "--witness", absent, "--witnesses-required", "2"])
+        wit = next(c for c in json.loads(r.output)["checks"] if c["name"] == "witnesses")
+        assert r.exit_code == 1 and all("missing: witness.example/w1" in f["what"] for f in wit["failures"]), wit
+        # a second history signed by the processor's key: the witness refuses to cosign it, and
+        # the audit given that checkpoint names the split view
+        from streams.signing import Checkpoint, NoteSigner, sign_checkpoint
+        from streams.witness import Witness, WitnessRefused, submit
+
+        cp = Checkpoint.parse(last["checkpoint"].split("\n\n")[0] + "\n")
+        forged = sign_checkpoint(Checkpoint(cp.origin, cp.size, bytes(32)),
+                                 NoteSigner(prefix, load_private_key(run["keys"] / "processor.key")))
+        with pytest.raises(WitnessRefused) as refused:
+            submit(Witness.parse(f"{w.vkey}@{w.url}"), forged, cp.size, [])
+        assert refused.value.status in (409, 422), refused.value
+        (tmp_path / "forged.note").write_text(forged)
+        r = CliRunner().invoke(cli, [*audit_args, "--witnesses-required", "1", "--checkpoint",
+                                     str(tmp_path / "forged.note")])
+        wit = next(c for c in json.loads(r.output)["checks"] if c["name"] == "witnesses")
+        assert r.exit_code == 1 and any(f"split view of {cp.origin}" in f["what"] for f in wit["failures"]), wit
