@@ -69,9 +69,10 @@ def _signers(settings: WorkerSettings):
         return None, None
     from streams.signing import CommitmentSigner, ControlSigner
 
-    signer = CommitmentSigner.from_file(settings.signing_key).with_log_origin(settings.log_origin)
+    origin = None if settings.log_origin == "none" else settings.log_origin
+    signer = CommitmentSigner.from_file(settings.signing_key).with_log_origin(origin)
     log.info("signing LineageCommitments and control records with key %s (%s); checkpoints of origin %s/<cohort>, "
-             "note key %s", signer.key_id, settings.signing_key, settings.log_origin, signer.note_signer.key
+             "note key %s", signer.key_id, settings.signing_key, origin or "(none)", signer.note_signer.key
              if signer.note_signer else "-")
     return signer, ControlSigner(signer.private_key)
 

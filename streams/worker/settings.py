@@ -59,7 +59,8 @@ WORKER_SETTINGS: tuple[Setting, ...] = (
     Setting("--log-origin", "TRAINTRACE_LOG_ORIGIN", str, "",
             "With --signing-key: each commitment also carries its cohort's fold log as a C2SP checkpoint "
             "(origin <this>/<cohort>) signed as a C2SP signed note under the note key name <this>, which "
-            "standard transparency tools and witnesses verify [default: traintrace.local/<app id>].",
+            "standard transparency tools and witnesses verify; 'none': no checkpoint notes "
+            "[default: traintrace.local/<app id>].",
             metavar="ORIGIN"),
     Setting("--trusted-keys", TRUSTED_KEYS_ENV, Path, None,
             "The keyring the job clients verify control with (processor/ and operator/ public keys): every "
@@ -211,7 +212,9 @@ class WorkerSettings:
         if not self.log_origin:
             self.log_origin = f"traintrace.local/{self.app_id}"
         self.log_origin = self.log_origin.rstrip("/")
-        if not self.log_origin or "+" in self.log_origin or any(c.isspace() for c in self.log_origin):
+        if self.log_origin.lower() == "none":
+            self.log_origin = "none"  # no checkpoint notes (the signer's log origin: None)
+        elif not self.log_origin or "+" in self.log_origin or any(c.isspace() for c in self.log_origin):
             raise ValueError(f"--log-origin / TRAINTRACE_LOG_ORIGIN {self.log_origin!r}: a note key name, "
                              "without spaces or '+' (e.g. traintrace.example/prod)")
         if not self.client_id:

@@ -102,3 +102,21 @@ def test_the_go_verifier_opens_the_processors_checkpoints(log, tmp_path):
         f.write_text(c["checkpoint"])
         rc, out = go_verifier.run(binary, "-log-key", vkey, "-origin", f"{ORIGIN}/{c['cohort_id']}", str(f))
         assert rc == 0 and out.startswith(f"OK checkpoint {ORIGIN}/{c['cohort_id']} size {c['log_size']}"), out
+
+
+def test_log_origin_none_signs_without_checkpoint_notes(tmp_path, monkeypatch):
+    """``--log-origin none``: commitments signed as before, no checkpoint note (what the cost
+    benchmark compares against)."""
+    from streams.signing import save_private_key
+    from streams.worker.faust_app import _signers
+    from streams.worker.settings import WorkerSettings
+
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "k:1")
+    key = save_private_key(KEY, tmp_path / "processor.key")
+    record = {"cohort_id": "c1", "root": "ab" * 32, "tree_size": 1, "log_root": "cd" * 32, "log_size": 3,
+              "ts": 1, "snapshot": []}
+    for origin, note in (("None", False), ("traintrace.example/x/", True)):
+        signer, _control = _signers(WorkerSettings("k:1", signing_key=key, log_origin=origin))
+        signed = signer(record)
+        assert signed["signature"] and bool(signed.get("checkpoint")) is note, origin
+    assert WorkerSettings("k:1", log_origin="none").log_origin == "none"
