@@ -29,6 +29,10 @@ runs on fresh topics and workers, and prints each pair's ratio and the median (t
 for workers without snapshots (``--snapshot-every 0``) and with the default ones (the cost of
 :mod:`streams.worker.snapshots` on the fold rate; issue 14's goal: <= 10 %).
 
+``--checkpoints compare`` alternates signing workers without C2SP checkpoint notes
+(``--log-origin none``) and with them (the default): the cost of issue 28's checkpoints (goal:
+<= 5 %).
+
 ``--cluster compare`` runs 1 and 2 on a local single node, then on a local three-node cluster
 (``traintrace broker start --nodes 3``: topics replicated 3 times, ``min.insync.replicas`` 2,
 every producer ``acks=all``), in the same run, and prints both.
@@ -292,6 +296,9 @@ def main() -> None:
     ap.add_argument("--compare-worker-args", type=str.split, default=None, metavar="'ARGS'",
                     help="throughput only: --rounds alternated runs of workers with the default arguments and with "
                          "these added (e.g. --compare-worker-args='--fold-feed faust')")
+    ap.add_argument("--checkpoints", choices=("on", "compare"), default="on",
+                    help="compare: throughput only, --rounds alternated runs of signing workers without C2SP "
+                         "checkpoint notes (--log-origin none) and with them (the default origin): issue 28's cost")
     ap.add_argument("--cluster", choices=("one", "three", "compare"), default="one",
                     help="the local broker(s) started when --bootstrap is not given: one node, a three-node "
                          "cluster (topics replicated 3 times, min.insync.replicas 2, acks=all), or both one "
@@ -300,7 +307,7 @@ def main() -> None:
     if args.cluster == "compare":
         return compare_clusters(args)
     if args.seals == "compare" or args.signing == "alternate" or args.snapshots == "compare" \
-            or args.compare_worker_args:
+            or args.compare_worker_args or args.checkpoints == "compare":
         return alternate(args)
 
     broker = None
@@ -373,6 +380,7 @@ def alternate(args) -> None:
     of a process on a broker that holds the first's topics) cannot pass for the cost."""
     signing = args.signing == "alternate"
     snapshots = args.snapshots == "compare"
+    checkpoints = args.checkpoints == "compare"
     other = " ".join(args.compare_worker_args or ())
     broker = None
     bootstrap = args.bootstrap
@@ -384,6 +392,7 @@ def alternate(args) -> None:
     rates: dict[str, list[float]] = {"base": [], "cost": []}
     raw: list[float] = []
     label = ({"base": "default", "cost": other} if other else
+             {"base": "signed, no checkpoints", "cost": "signed, checkpoints  "} if checkpoints else
              {"base": "no snapshots", "cost": "snapshots   "} if snapshots else
              {"base": "unsigned" if signing else "plain ", "cost": "signed  " if signing else "sealed"})
     try:
@@ -397,6 +406,14 @@ def alternate(args) -> None:
                         run.seals = "off"
                         if kind == "cost":
                             run.worker_args = [*args.worker_args, *args.compare_worker_args]
+                    elif checkpoints:
+                        from streams.signing import generate_key, save_private_key
+
+                        run.seals = "off"
+                        key = save_private_key(generate_key(), d / "processor.key")
+                        run.worker_args = [*args.worker_args, "--signing-key", str(key)]
+                        if kind == "base":
+                            run.worker_args += ["--log-origin", "none"]
                     elif snapshots:
                         run.seals = "off"
                         if kind == "base":
@@ -419,7 +436,8 @@ def alternate(args) -> None:
         if broker is not None:
             broker.stop()
     ratios = [c / b for b, c in zip(rates["base"], rates["cost"])]
-    what = f"{other} / default" if other else "with snapshots / without" if snapshots else "signed / unsigned" if signing else "sealed / plain"
+    what = f"{other} / default" if other else "with snapshots / without" if snapshots else \
+        "signed with checkpoint notes / without" if checkpoints else "signed / unsigned" if signing else "sealed / plain"
     report = {"compared": what, "base_per_worker": rates["base"], "cost_per_worker": rates["cost"],
               "pair_ratios": ratios, "median_ratio": statistics.median(ratios), "seal_every": args.seal_every,
               "progress_every": args.progress_every, "raw_consume_decode_per_s": statistics.median(raw)}
@@ -428,7 +446,7 @@ def alternate(args) -> None:
         return
     print(f"{what} events/s per worker: pairs {', '.join(f'x{r:.3f}' for r in ratios)}; "
           f"median x{report['median_ratio']:.3f}" + ("" if other else f" (goal >= x{0.9 if snapshots else 0.95})")
-          + ("" if signing or snapshots or other else
+          + ("" if signing or snapshots or other or checkpoints else
              f"; seal every {args.seal_every}, Progress every {args.progress_every} step(s)"))
 
 
