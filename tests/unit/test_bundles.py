@@ -127,3 +127,12 @@ def test_the_go_verifier_checks_the_bundle_and_refuses_altered_ones(setup):
         p.write_text(json.dumps(alter(b)))
         rc, text = go_verifier.run(binary, *args, str(p))
         assert rc == 1 and text.startswith("FAIL"), (what, text)
+
+
+def test_the_example_bundle_in_the_docs_verifies():
+    """docs/examples/bundle-c1-C-3.json, the real bundle docs/keys-and-proofs.md points to."""
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "examples"
+    r = _cli("verify-proof", str(docs / "bundle-c1-C-3.json"), "--trusted-keys", str(docs / "processor-example.pub"))
+    assert r.exit_code == 0 and r.output.startswith("VALID") and "checkpoint traintrace.example/prod/c1 at 180" in r.output, r.output

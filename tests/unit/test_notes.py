@@ -170,3 +170,23 @@ def test_a_processor_checkpoint_signs_and_opens():
     other = NoteSigner("traintrace.example/c1", Ed25519PrivateKey.generate())
     with pytest.raises(NoteError):
         open_checkpoint(note, other.key)
+
+
+def test_the_examples_in_the_docs_verify():
+    """docs/keys-and-proofs.md's checkpoint and cosigned checkpoint are real: they open with the
+    verifier keys printed next to them."""
+    import re
+    from pathlib import Path
+
+    from streams.signing.notes import open_checkpoint
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "keys-and-proofs.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```text\n(.*?)```", doc, re.S)
+    notes = [b for b in blocks if b.startswith("traintrace.example/prod/c1\n")]
+    log_key = NoteKey.parse(next(b for b in blocks if b.startswith("traintrace.example/prod+")).strip())
+    witness = NoteKey.parse(next(b for b in blocks if b.startswith("witness.example/w1+18041f2a")).strip())
+    assert len(notes) == 2
+    cp, opened = open_checkpoint(notes[0], log_key)
+    assert (cp.origin, cp.size) == ("traintrace.example/prod/c1", 180)
+    cp2, opened2 = open_checkpoint(notes[1], log_key, [witness])
+    assert cp2 == cp and opened2.cosigners() == (witness,) and opened2.timestamp(witness) == 1796000000
