@@ -15,7 +15,8 @@ For each history size (default 100k and 1M events), on fresh topics:
 4. A new worker (fresh data dir) starts. Recovery = from its start to the group's committed
    offsets at the end of both inputs (lag 0: a worker commits only what it has published, so
    the tail's decisions are out). Also printed: the worker's memory (VmRSS) and cohorts in memory
-   after recovery, and what its takeover re-folded.
+   after recovery (its peak during it, and once settled: ``--settle`` seconds later), and what its
+   takeover re-folded.
 
 Each size runs twice, with snapshots and without (``--snapshot-every 0``: the re-fold of the
 whole partition, the behaviour before snapshots), alternately. Printed: recovery seconds, the
@@ -35,6 +36,7 @@ import random
 import re
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -160,6 +162,18 @@ def one_run(bootstrap: str, args, tmp: Path, events: list[dict], tail: list[dict
     produce_events(bootstrap, topics.events, tail, CODEC)
     t0 = time.perf_counter()
     second = WorkerProcess(bootstrap, prefix, app_id, tmp / f"{prefix}w1", args.partitions, extra_args=wargs).start()
+    samples: list[tuple[float, float]] = []  # (seconds since its start, VmRSS MB) of the new worker
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            try:
+                samples.append((round(time.perf_counter() - t0, 2), round(rss_mb(second.proc.pid), 1)))
+            except OSError:
+                return
+            done.wait(0.25)
+
+    threading.Thread(target=sample, daemon=True).start()
     try:
         second.wait_ready(timeout=args.timeout)
         ready = time.perf_counter() - t0
@@ -178,7 +192,17 @@ def one_run(bootstrap: str, args, tmp: Path, events: list[dict], tail: list[dict
                "fold_per_s": rate, "snapshots_written": snaps, "recovery_s": recovery, "ready_s": ready,
                "refolded_events": refolded, "cohorts_in_memory": metric(second, "traintrace_cohorts"),
                "rss_mb": rss_mb(second.proc.pid)}
+        # and once it settled: the checkpoint view caught up with lineage.checkpoints (a thread that
+        # reads it from the start meanwhile) and the worker gave its free heap back (every 5 s)
+        time.sleep(args.settle)
+        out["rss_settled_mb"] = rss_mb(second.proc.pid)
+        done.set()
+        out["rss_peak_mb"] = max((r for _t, r in samples), default=out["rss_mb"])
+        out["rss_timeline"] = samples
+        if os.environ.get("BENCH_RECOVERY_LOG"):  # the new worker's log, for a timeline of its takeover
+            Path(os.environ["BENCH_RECOVERY_LOG"] + f".{len(events)}").write_text(log)
     finally:
+        done.set()
         second.kill()
     return out
 
@@ -270,6 +294,8 @@ def main() -> None:
     ap.add_argument("--snapshot-every", type=int, default=20_000)
     ap.add_argument("--snapshot-interval", type=float, default=10.0)
     ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--settle", type=float, default=12.0,
+                    help="seconds after the recovery to read the new worker's settled RSS")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--no-without", dest="without", action="store_false",
                     help="skip the runs without snapshots (the full re-fold, slow on a large history)")
@@ -337,10 +363,11 @@ def print_report(report: dict) -> None:
     print(f"recovery after a kill (snapshots every {report['snapshot_every']} events a partition "
           f"or {report['snapshot_interval_s']:.0f}s):")
     print(f"  {'history':>9} {'snapshots':>9} {'recovery s':>10} {'re-folded':>10} {'cohorts':>8} {'RSS MB':>7} "
-          f"{'fold/s':>8}")
+          f"{'peak MB':>7} {'settled':>7} {'fold/s':>8}")
     for r in report["runs"]:
         print(f"  {r['history']:>9} {'on' if r['snapshot_every'] else 'off':>9} {r['recovery_s']:>10.1f} "
-              f"{r['refolded_events']:>10} {r['cohorts_in_memory']:>8.0f} {r['rss_mb']:>7.0f} {r['fold_per_s']:>8.0f}")
+              f"{r['refolded_events']:>10} {r['cohorts_in_memory']:>8.0f} {r['rss_mb']:>7.0f} "
+              f"{r.get('rss_peak_mb', r['rss_mb']):>7.0f} {r.get('rss_settled_mb', 0):>7.0f} {r['fold_per_s']:>8.0f}")
     if "recovery_ratio_largest_over_smallest" in report:
         print(f"  recovery with snapshots, largest / smallest history: "
               f"x{report['recovery_ratio_largest_over_smallest']:.2f} (goal <= 1.5)")

@@ -17,6 +17,7 @@ from typing import Awaitable, Callable, Iterable
 from faust.types import TP
 
 from streams.worker import metrics
+from streams.worker.gctune import rss_mb
 from streams.worker.jobmap import read_map_partitions
 from streams.worker.recovery import Takeover, group_starts
 from streams.worker.settings import WorkerSettings
@@ -132,7 +133,8 @@ class Assignment:
                 await self._route_from_group(ev_parts)
         loop = asyncio.get_running_loop()
         starts = await loop.run_in_executor(None, group_starts, self.settings, topics.by_cohort, mine) if mine else {}
-        log.info("assigned %s%s %s%s; by-cohort starts %s", topics.events, ev_parts, topics.by_cohort, mine, starts)
+        log.info("assigned %s%s %s%s; by-cohort starts %s; RSS %.0f MiB", topics.events, ev_parts, topics.by_cohort,
+                 mine, starts, rss_mb())
         async with self.fold.lock:
             await self._fold_from_group(mine, starts)
 

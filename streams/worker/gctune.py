@@ -49,3 +49,15 @@ def release_free_memory() -> None:
             _trim = False
     if _trim:
         _trim(0)
+
+
+def rss_mb() -> float:
+    """This process's resident memory (``VmRSS``) in MiB; 0.0 where ``/proc`` has none."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0

@@ -22,7 +22,7 @@ from streams.referee.referee import Referee
 from streams.worker import metrics
 from streams.worker.clock import now_ms
 from streams.worker.errors import WorkerError
-from streams.worker.gctune import release_free_memory
+from streams.worker.gctune import release_free_memory, rss_mb
 from streams.worker.outbox import Outbox
 from streams.worker.published import read_published_commands
 from streams.worker.settings import TAKEOVER_PATIENCE_S, WorkerSettings
@@ -130,5 +130,6 @@ class Takeover:
         if missing:
             await self.outbox.flush()
         release_free_memory()  # what reading the topics freed (streams.worker.gctune)
-        log.info("rebuilt %s[%d] from offsets %d..%d: %d events in %.2fs; %d record(s) reconciled",
-                 self.settings.topics.by_cohort, partition, start, end, n, time.perf_counter() - t, len(missing))
+        log.info("rebuilt %s[%d] from offsets %d..%d: %d events in %.2fs; %d record(s) reconciled; RSS %.0f MiB",
+                 self.settings.topics.by_cohort, partition, start, end, n, time.perf_counter() - t, len(missing),
+                 rss_mb())
