@@ -89,6 +89,10 @@ def check_witnesses(log: Any, policy: WitnessPolicy, trusted: Mapping[str, Any] 
         chk.skipped = True
         chk.notes.append("needs --trusted-keys: a checkpoint counts only once the processor's key opens it")
         return chk
+    if codec is None:  # one codec for the replay and the commitments: the archive's own schemas too
+        from streams.audit.log import codec_for
+
+        codec = codec_for(log)
     if source is None:
         from streams.audit.proofs import replay
 
@@ -151,10 +155,6 @@ def _in_log(log: Any, policy: WitnessPolicy, trusted: Mapping[str, Any], chk: Ch
     from streams.signing.commitments import open_commitment_checkpoint
     from streams.signing.message import public_key_of
 
-    if codec is None:
-        from streams.audit.log import codec_for
-
-        codec = codec_for(log)
     seen: list[Seen] = []
     for rec in log.topic("commitments"):
         if rec.value is None:
