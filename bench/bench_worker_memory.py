@@ -7,12 +7,12 @@ put on a fresh ``lineage.events``; one ``traintrace worker`` process folds them;
 per event between them. (``bench/bench_memory.py`` breaks the same growth down in-process.)
 
 The generated cohorts train one after another, and a fifth of their jobs never finish: no cohort
-settles. ``--worker-args '--evict-idle --evict-settled'`` measures a worker whose memory follows
-the cohorts that train (a cohort quiet for a snapshot round leaves memory); without, every
-cohort stays.
+settles. The default worker's memory follows the cohorts that train (a cohort quiet for a
+snapshot round leaves memory, its rows kept on disk for the HTTP views: streams.worker.resting);
+``--worker-args '--keep-idle --keep-settled'`` measures one that keeps every cohort.
 
 Usage: python bench/bench_worker_memory.py [--events 1000000] [--first 100000] [--bootstrap HOST:PORT]
-                                           [--worker-args '--evict-idle --evict-settled']
+                                           [--worker-args '--keep-idle --keep-settled']
 """
 
 from __future__ import annotations

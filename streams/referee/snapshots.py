@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from streams.core import snapshot as core_snapshot
 from streams.core.decide import Lineage
+from streams.core.state import Config
 from streams.errors import TraintraceError
 from streams.referee.records import Emission
 
@@ -134,18 +135,30 @@ def verify(state: bytes, expected_digest: str) -> bytes:
     return bytes(state)
 
 
-def restore(referee: Referee, cohort: str, partition: int, encoded: bytes) -> Lineage:
-    """Put a cohort's image into ``referee`` (replacing what it had of the cohort)."""
+def _image(config: Config, cohort: str, encoded: bytes) -> dict[str, Any]:
     try:
-        img = _CODEC.decode(encoded, substitute={"config": referee.config})
+        img = _CODEC.decode(encoded, substitute={"config": config})
     except core_snapshot.SnapshotError as exc:
         raise SnapshotRejected(f"snapshot of cohort {cohort!r}: {exc}") from exc
     if not isinstance(img, dict) or img.get("cohort") != cohort or not isinstance(img.get("engine"), Lineage):
         raise SnapshotRejected(f"the snapshot filed under cohort {cohort!r} is not that cohort's")
-    c = referee.config
+    c = config
     if img.get("tunables") != [c.window, c.spike_factor, c.taint_margin]:
         raise SnapshotRejected(f"the snapshot of cohort {cohort!r} was folded with other tunables "
                                f"(window, spike factor, taint margin {img.get('tunables')})")
+    return img
+
+
+def engine_of(config: Config, cohort: str, encoded: bytes) -> Lineage:
+    """A cohort's engine from its image, on its own (no referee touched): what the views show of
+    a cohort out of memory."""
+    engine: Lineage = _image(config, cohort, encoded)["engine"]
+    return engine
+
+
+def restore(referee: Referee, cohort: str, partition: int, encoded: bytes) -> Lineage:
+    """Put a cohort's image into ``referee`` (replacing what it had of the cohort)."""
+    img = _image(referee.config, cohort, encoded)
     referee.forget_cohorts([cohort])
     lin: Lineage = img["engine"]
     referee.engines[cohort] = lin

@@ -130,7 +130,7 @@ def create_app(settings: WorkerSettings) -> faust.App:
                             commit_offsets=lambda offsets: app.consumer._commit(offsets), snapshots=snapshots)
     stalls = StallWatch(settings, (route, fold),
                         faust_read_offset=lambda topic, p: app.consumer._read_offset.get(TP(topic, p)))
-    housekeeping_ = Housekeeping(settings, codec, referee, outbox, clock, fold)
+    housekeeping_ = Housekeeping(settings, codec, referee, outbox, clock, fold, snapshots.resting)
     health = Health()
     keyring = sentinel_keyring(settings)
     sentinel = ControlSentinel(settings, codec, keyring, cohort_of=jobmap.get) if keyring is not None else None
@@ -242,6 +242,7 @@ def create_app(settings: WorkerSettings) -> faust.App:
     @app.task
     async def start_views() -> None:
         ckview.start()
+        snapshots.resting.start()
         if sentinel is not None:
             sentinel.start()
         if watchdog is not None:
@@ -249,7 +250,8 @@ def create_app(settings: WorkerSettings) -> faust.App:
             watchdog.start()
 
     views.register(app, referee, ckview, fold.lock, health,
-                   owned=lambda: {"events": sorted(route.input.owned), "by_cohort": sorted(fold.input.owned)})
+                   owned=lambda: {"events": sorted(route.input.owned), "by_cohort": sorted(fold.input.owned)},
+                   snapshots=snapshots)
     _exit_on_crash(app, health)
     return app
 

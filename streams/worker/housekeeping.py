@@ -10,14 +10,16 @@ from streams.referee.referee import Referee
 from streams.worker import metrics
 from streams.worker.clock import InputClock, now_ms
 from streams.worker.outbox import Outbox
+from streams.worker.resting import RestingViews
 from streams.worker.settings import WorkerSettings
 from streams.worker.stages import FoldStage
 
 
 class Housekeeping:
     def __init__(self, settings: WorkerSettings, codec: Codec, referee: Referee, outbox: Outbox,
-                 clock: InputClock, fold: FoldStage) -> None:
+                 clock: InputClock, fold: FoldStage, resting: RestingViews | None = None) -> None:
         self.settings = settings
+        self.resting = resting  # the cohorts out of memory, counted in the gauges too
         self.codec = codec
         self.referee = referee
         self.outbox = outbox
@@ -44,7 +46,7 @@ class Housekeeping:
                 outbox.emit(em)
             if out or sent_tick:
                 await outbox.flush()
-            metrics.observe_referee(referee)
+            metrics.observe_referee(referee, self.resting)
 
     async def _watermark(self, now: int) -> int | None:
         """The input watermark when a tick may be due (a grace period ran out; with a settle

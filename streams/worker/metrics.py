@@ -91,7 +91,9 @@ STAGE_SECONDS = Histogram(
     registry=REGISTRY)
 INCIDENTS = Gauge("traintrace_incidents_open", "Root incidents known to this worker", registry=REGISTRY)
 PLANS = Gauge("traintrace_plans_effective", "Jobs with an effective plan on this worker", registry=REGISTRY)
-COHORTS = Gauge("traintrace_cohorts", "Cohorts whose lineage this worker holds", registry=REGISTRY)
+COHORTS = Gauge("traintrace_cohorts", "Cohorts whose lineage this worker holds in memory", registry=REGISTRY)
+RESTING = Gauge("traintrace_cohorts_resting", "Cohorts this worker owns that are out of memory (settled or idle: "
+                "back from their snapshot at their next input)", registry=REGISTRY)
 HALTED = Gauge("traintrace_jobs_halted", "Halted jobs on this worker", registry=REGISTRY)
 HELD = Gauge("traintrace_events_held", "Events of keyed jobs waiting for their job's seal (streams.core.seals)",
              registry=REGISTRY)
@@ -129,8 +131,10 @@ TIMER_FAILURES = Counter("traintrace_timer_rounds_failed_total",
 
 
 
-def observe_referee(referee) -> None:
-    incidents = plans = halted = held = 0
+def observe_referee(referee, resting=None) -> None:
+    """The gauges, over the cohorts in memory and (``resting``: a
+    :class:`~streams.worker.resting.RestingViews`) those out of it whose rows are known."""
+    incidents, plans, halted, held = resting.totals() if resting is not None else (0, 0, 0, 0)
     for lin in referee.engines.values():
         held += lin.seals.holding
         incidents += len(lin.incidents)
@@ -141,6 +145,8 @@ def observe_referee(referee) -> None:
     HALTED.set(halted)
     HELD.set(held)
     COHORTS.set(len(referee.engines))
+    if resting is not None:
+        RESTING.set(len(resting.out_of_memory))
 
 
 def observe_published(emissions: Iterable, published_s: float | None = None) -> None:

@@ -73,16 +73,17 @@ WORKER_SETTINGS: tuple[Setting, ...] = (
             "re-folds only what came after.", minimum=0),
     Setting("--snapshot-interval", "TRAINTRACE_SNAPSHOT_INTERVAL", float, 60.0,
             "...or this many seconds after the last round, when anything was folded since.", minimum=0.1),
-    Setting("--evict-settled", "TRAINTRACE_EVICT_SETTLED", bool, False,
+    Setting("--evict-settled", "TRAINTRACE_EVICT_SETTLED", bool, True,
             "Let a settled cohort (every job finished, every plan acknowledged) leave memory after its "
-            "snapshot until its next event: memory then follows the active cohorts, and the HTTP views "
-            "(/jobs, /incidents, /plans) show only the cohorts in memory.", negative="--keep-settled"),
-    Setting("--evict-idle", "TRAINTRACE_EVICT_IDLE", bool, False,
+            "snapshot until its next event: memory then follows the active cohorts (the HTTP views /jobs, "
+            "/incidents, /plans show it from the rows kept when it left) [default: on].",
+            negative="--keep-settled"),
+    Setting("--evict-idle", "TRAINTRACE_EVICT_IDLE", bool, True,
             "Let a cohort that had no input for a whole snapshot round leave memory too, though its jobs have "
             "not finished, when nothing waits on the clock (no event held for a seal, no consumption waiting "
-            "for its source; an unacknowledged command still alerts): back from its snapshot at its next event. A "
-            "worker's memory then follows the cohorts that train, not every cohort that ever did; the HTTP "
-            "views show only the cohorts in memory.", negative="--keep-idle"),
+            "for its source, no retention decision to come under a settle horizon; an unacknowledged command "
+            "still alerts): back from its snapshot at its next event. A worker's memory then follows the "
+            "cohorts that train, not every cohort that ever did [default: on].", negative="--keep-idle"),
     Setting("--watchdog-seconds", "TRAINTRACE_WATCHDOG_SECONDS", float, 180.0,
             "Exit with status 70 (stacks dumped) when records wait on an owned partition and none was "
             "processed for this long while every dependency answers, or when the event loop stops turning: "
@@ -165,10 +166,10 @@ class WorkerSettings:
     #: folded there since its last one (0: no snapshots), or every ``snapshot_interval_s`` with any
     snapshot_every: int = 20_000
     snapshot_interval_s: float = 60.0
-    #: settled cohorts leave memory after their snapshot (the HTTP views then show only those in memory)
-    evict_settled: bool = False
+    #: settled cohorts leave memory after their snapshot (the HTTP views show them from streams.worker.resting)
+    evict_settled: bool = True
     #: ...and so do cohorts with no input for a whole round and nothing waiting on the clock
-    evict_idle: bool = False
+    evict_idle: bool = True
     #: Faust: how often offsets are committed
     commit_interval_s: float = 1.0
     #: Kafka group session timeout: how fast a dead worker's partitions move

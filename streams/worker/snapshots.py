@@ -37,6 +37,7 @@ from streams.referee.referee import Referee
 from streams.worker import metrics
 from streams.worker.clock import now_ms
 from streams.worker.errors import WorkerError
+from streams.worker.resting import RestingViews, Rows, counts_of, rows_of
 from streams.worker.settings import TAKEOVER_PATIENCE_S, WorkerSettings
 
 log = logging.getLogger("traintrace.worker")
@@ -105,6 +106,9 @@ class SnapshotStore:
             self.keys = {self.sign.key_id: self.sign.public_key}
         self.latest: dict[str, Latest] = {}  # cohort -> its latest snapshot (in memory or not)
         self.out_of_memory: dict[str, int] = {}  # settled cohort out of memory -> its partition
+        #: what the HTTP views show of the cohorts out of memory (streams.worker.resting)
+        self.resting = RestingViews(str(settings.store), settings.data_dir)
+        self.resting.out_of_memory = self.out_of_memory
         self.last_round: dict[int, float] = {}  # partition -> monotonic time of its last round
         self._producer = None
         self._delivered: dict[str, int] = {}
@@ -137,7 +141,7 @@ class SnapshotStore:
             if last is not None and (pos is None or pos[1] < last.covers):
                 continue  # no input since its last snapshot: not written
             lin = referee.engines.get(cohort)
-            if evicting and lin is not None and images.settled(lin):
+            if evicting and lin is not None and self.may_rest(cohort, lin):
                 freed += lin.state.events_folded
             elif last is not None:
                 n += last.events
@@ -155,7 +159,7 @@ class SnapshotStore:
             last = self.latest.get(cohort)
             if last is not None and (pos is None or pos[1] < last.covers):
                 # no input since its last snapshot: with --evict-idle it may leave memory
-                if self.settings.evict_idle and images.quiescent(referee.engines[cohort]):
+                if self.settings.evict_idle and self.may_rest(cohort, referee.engines[cohort], settled_only=False):
                     rnd.idle.append(cohort)
                 continue
             rnd.written[cohort] = self._send_cohort(cohort, partition, covers, pos)
@@ -215,18 +219,29 @@ class SnapshotStore:
         self._send(COHORT_PREFIX + cohort.encode(), "CohortSnapshot", record, partition, cohort)
         return settled, lin.state.events_folded
 
+    def may_rest(self, cohort: str, lin, settled_only: bool = True) -> bool:
+        """Whether ``cohort`` may leave memory after its snapshot: settled
+        (:func:`images.settled`), or with ``settled_only`` False quiescent
+        (:func:`images.quiescent`); and, under a settle horizon (SPEC §13), with no retention
+        decision still to come on the clock (a retention tick needs the cohort in memory: a cohort
+        whose checkpoints will settle later stays until they have)."""
+        if not (images.settled(lin) if settled_only else images.quiescent(lin)):
+            return False
+        horizon = self.settings.horizon_of(cohort)
+        return horizon is None or not lin.state.checkpoints or not lin.retention_due(2 ** 62, horizon)
+
     def _evict(self, cohorts: list[str], partition: int, settled_only: bool = True) -> int:
         """Let the cohorts whose latest snapshot holds their state leave memory: the settled
         ones, or (``settled_only`` False) the quiescent ones (:func:`images.quiescent`)."""
         referee, n = self.referee, 0
-        ready = images.settled if settled_only else images.quiescent
         for cohort in cohorts:
             last = self.latest.get(cohort)
             lin = referee.engines.get(cohort)
-            if last is None or lin is None or not ready(lin):
+            if last is None or lin is None or not self.may_rest(cohort, lin, settled_only):
                 continue
             if referee.position.get(cohort, (0, -1))[1] >= last.covers:
                 continue  # input since the snapshot: not what it holds any more
+            self.resting.keep(cohort, lin)
             referee.forget_cohorts([cohort], idle=not settled_only)
             self.out_of_memory[cohort] = partition
             n += 1
@@ -304,9 +319,10 @@ class SnapshotStore:
             last.events = self.referee.engines[cohort].state.events_folded
             self.latest[cohort] = last
             if self.settings.evict_idle and last.covers < start \
-                    and images.quiescent(self.referee.engines[cohort]):
+                    and self.may_rest(cohort, self.referee.engines[cohort], settled_only=False):
                 # no input in [covers, start) (the round at ``start`` would have written it) and
                 # nothing on the clock: idle, out of memory again until its next event
+                self.resting.keep(cohort, self.referee.engines[cohort])
                 self.referee.forget_cohorts([cohort], idle=True)
                 self.out_of_memory[cohort] = partition
                 idle += 1
@@ -372,6 +388,7 @@ class SnapshotStore:
             raise WorkerError(f"{self.topic}[{partition}]@{last.offset}, the snapshot of cohort {cohort!r}, "
                               "is refused; restart the worker to re-fold the partition")
         del self.out_of_memory[cohort]
+        self.resting.drop(cohort)
         metrics.BROUGHT_BACK.inc()
         return True
 
@@ -386,6 +403,27 @@ class SnapshotStore:
             raise WorkerError(f"{self.topic}[{partition}]@{offset} is not the snapshot of cohort {cohort!r}")
         return value
 
+    def resting_rows(self, cohort: str) -> Rows | None:
+        """What the views show of ``cohort``, out of memory: the rows kept when it left, or made
+        from its snapshot (one read of that record; blocking: call it off the event loop) and
+        kept. None when it is not out of memory (any more) or its snapshot cannot be had."""
+        rows = self.resting.get(cohort)
+        if rows is not None:
+            return rows
+        partition, last = self.out_of_memory.get(cohort), self.latest.get(cohort)
+        if partition is None or last is None:
+            return None
+        try:
+            value = self._read_at(cohort, partition, last.offset)
+            lin = images.engine_of(self.referee.config, cohort, images.verify(value["state"], value["digest"]))
+        except (WorkerError, images.SnapshotRejected, KeyError) as exc:
+            log.warning("the views cannot show cohort %r out of memory: %s", cohort, exc)
+            return None
+        rows = rows_of(cohort, lin)
+        if self.out_of_memory.get(cohort) == partition:  # still out of memory: keep them
+            self.resting.keep_rows(cohort, rows, counts_of(lin))
+        return rows
+
     def drop_partition(self, partition: int) -> None:
         """Forget what is known of a revoked partition's snapshots (and what the referee keeps of
         its cohorts out of memory: their unacknowledged commands; the next owner knows them)."""
@@ -393,6 +431,7 @@ class SnapshotStore:
         for cohort in resting:
             del self.out_of_memory[cohort]
             self.latest.pop(cohort, None)
+            self.resting.drop(cohort)
         if resting:
             self.referee.forget_cohorts(resting)
         for cohort in [c for c in self.latest if self.referee.partition_of.get(c) == partition]:

@@ -1,53 +1,67 @@
 """HTTP views of a worker (Faust web): jobs, incidents, plans, checkpoints, metrics.
 
 ``/jobs``, ``/incidents`` and ``/plans`` answer for the cohorts this worker owns (the
-``cohorts`` field says which); ``traintrace plans`` reads ``lineage.control`` for the whole
-pipeline. ``/checkpoints/{id}`` answers for every checkpoint (from the compacted
-``lineage.checkpoints``): ``clean``, ``tainted`` (with its incidents) or ``unknown``.
+``cohorts`` field says which), in memory or not: a cohort that left memory after its snapshot
+(settled or idle, :mod:`streams.worker.snapshots`) is shown from the rows kept when it left
+(:mod:`streams.worker.resting`; the ``resting`` field names those cohorts). ``traintrace plans``
+reads ``lineage.control`` for the whole pipeline. ``/checkpoints/{id}`` answers for every
+checkpoint: from its cohort when that is in memory (``source: owner``), else from the compacted
+``lineage.checkpoints`` (``source: view``): ``clean``, ``tainted`` (with its incidents) or
+``unknown``.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from streams.worker import metrics
+from streams.worker.resting import job_row as _job_view  # noqa: F401 - the row of /jobs
 
 
-def _job_view(cohort: str, job) -> dict[str, Any]:
-    inc = job.current
-    return {
-        "job_id": job.job_id,
-        "cohort_id": job.cohort_id if job.cohort_id is not None else (cohort or None),
-        "registered": job.registered,
-        "incarnation": inc.number if inc else None,
-        "last_step": inc.last_step if inc else None,
-        "last_seq": job.next_seq - 1,
-        "finished": bool(inc and inc.finished),
-        "halted": job.halt_reason,
-    }
+def register(app, referee, ckview, lock, health=None, owned=None, snapshots=None) -> None:
+    """``owned``: a callable giving the input partitions this worker processes, by stage;
+    ``snapshots``: the :class:`~streams.worker.snapshots.SnapshotStore` whose cohorts out of
+    memory the views show too."""
 
+    async def resting() -> dict[str, Any]:
+        """cohort -> its rows, for every cohort out of memory (rows made from a snapshot off the
+        event loop, once)."""
+        if snapshots is None or not snapshots.out_of_memory:
+            return {}
+        cohorts = sorted(snapshots.out_of_memory)
+        loop = asyncio.get_running_loop()
+        rows = await loop.run_in_executor(None, lambda: [snapshots.resting_rows(c) for c in cohorts])
+        return {c: r for c, r in zip(cohorts, rows) if r is not None and c not in referee.engines}
 
-def register(app, referee, ckview, lock, health=None, owned=None) -> None:
-    """``owned``: a callable giving the input partitions this worker processes, by stage."""
     @app.page("/jobs")
     async def jobs(web, request):
+        rest = await resting()
         async with lock:
             out = [_job_view(c, j) for c, lin in sorted(referee.engines.items())
                    for j in sorted(lin.state.jobs.values(), key=lambda j: j.job_id)]
-            return web.json({"cohorts": sorted(referee.engines), "jobs": out})
+            cohorts = sorted(set(referee.engines) | set(rest))
+        for c in sorted(rest):
+            out.extend(rest[c][0])
+        out.sort(key=lambda j: (j["cohort_id"] or "", j["job_id"]))
+        return web.json({"cohorts": cohorts, "resting": sorted(rest), "jobs": out})
 
-    def every_engine(name: str, key: str):
+    def every_engine(name: str, key: str, index: int):
         """``/{name}``: the records every engine holds in its ``name`` dict, sorted by ``key``."""
         async def page(web, request):
+            rest = await resting()
             async with lock:
                 out = [v for lin in referee.engines.values() for v in getattr(lin, name).values()]
-                out.sort(key=lambda v: v[key])
-                return web.json({"cohorts": sorted(referee.engines), name: out})
+                cohorts = sorted(set(referee.engines) | set(rest))
+            for c in rest:
+                out.extend(rest[c][index])
+            out.sort(key=lambda v: v[key])
+            return web.json({"cohorts": cohorts, "resting": sorted(rest), name: out})
         page.__name__ = page.__qualname__ = name
         app.page(f"/{name}")(page)
 
-    every_engine("incidents", "incident_id")
-    every_engine("plans", "job_id")
+    every_engine("incidents", "incident_id", 1)
+    every_engine("plans", "job_id", 2)
 
     @app.page("/checkpoints/{checkpoint_id}")
     async def checkpoint(web, request, checkpoint_id: str):
@@ -80,7 +94,8 @@ def register(app, referee, ckview, lock, health=None, owned=None) -> None:
         """ready / degraded (timers failing, skipped and counted: alive, do not restart) / dead
         (stopping after a crash: HTTP 503, restart it). See streams.worker.health."""
         out = {"ok": True, "state": "ready"} if health is None else health.view()
-        out.update(cohorts=len(referee.engines), events=referee.stats.events)
+        out.update(cohorts=len(referee.engines), events=referee.stats.events,
+                   resting=len(snapshots.out_of_memory) if snapshots is not None else 0)
         if owned is not None:  # what it processes now: nothing until its first assignment is taken over
             out["partitions"] = owned()
         return web.json(out, status=503 if out["state"] == "dead" else 200)

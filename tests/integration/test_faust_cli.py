@@ -96,8 +96,8 @@ CASES = {
     "bootstrap": ("kafka.example:9092", lambda s: s.bootstrap, "kafka.example:9092"),
     "snapshot_every": ("500", lambda s: s.snapshot_every, 500),
     "snapshot_interval": ("2.5", lambda s: s.snapshot_interval_s, 2.5),
-    "evict_settled": ("true", lambda s: s.evict_settled, True),
-    "evict_idle": ("true", lambda s: s.evict_idle, True),
+    "evict_settled": ("false", lambda s: s.evict_settled, False),
+    "evict_idle": ("false", lambda s: s.evict_idle, False),
     "watchdog_seconds": ("30", lambda s: s.watchdog_s, 30.0),
     "settle_horizon": ("600", lambda s: s.settle_horizon_ms, 600_000),
     "cohort_settle_horizons": ("a=60,b=none", lambda s: s.cohort_horizons_ms, {"a": 60_000, "b": None}),
@@ -109,7 +109,7 @@ CASES = {
 DEFAULTS = {  # what the worker makes of an option's default
     "data_dir": Path(".traintrace/worker-6066"), "store": "rocksdb://", "grace_seconds": 30000,
     "ack_timeout": 300000, "signing_key": None, "trusted_keys": None, "topic_prefix": "lineage.events",
-    "require_sealed_events": False, "evict_settled": False, "evict_idle": False, "settle_horizon": None, "cohort_settle_horizons": {},
+    "require_sealed_events": False, "evict_settled": True, "evict_idle": True, "settle_horizon": None, "cohort_settle_horizons": {},
     "log_origin": "traintrace.local/traintrace",
 }
 #: options the settings take from the environment elsewhere: the Kafka client's (KafkaSettings.from_env

@@ -125,7 +125,7 @@ def test_settled_cohorts_leave_memory_and_come_back(setup, kafka_bootstrap, tmp_
     topics, app_id, new_worker = setup
     events = events_for(22, jobs=20)
     log = write_log(tmp_path / "events.jsonl", events)
-    w = new_worker(0, ["--evict-settled"]).start()
+    w = new_worker(0).start()  # --evict-settled is the default
     w.wait_ready()
     produce_events(kafka_bootstrap, topics.events, events, CODEC)
     wait_quiescent(kafka_bootstrap, app_id, topics, timeout=120)
@@ -165,7 +165,7 @@ def test_idle_cohorts_leave_memory_across_a_takeover_and_come_back(setup, kafka_
     settled = sum(images.settled(lin) for lin in referee.engines.values())
     assert settled < len(order) // 2
     log = write_log(tmp_path / "events.jsonl", events)
-    args = ["--evict-idle", "--evict-settled"]
+    args: list[str] = []  # --evict-idle and --evict-settled are the default
     first = new_worker(0, args).start()
     first.wait_ready()
     produce_events(kafka_bootstrap, topics.events, events[:half], CODEC)
@@ -185,6 +185,15 @@ def test_idle_cohorts_leave_memory_across_a_takeover_and_come_back(setup, kafka_
     wait_for_log(second, r"(?s)\[[01]\]: .*idle left out of memory.*\[[01]\]: .*idle left out of memory")
     idle = sum(int(m.group(1)) for m in re.finditer(r"(\d+) idle left out of memory", second.log_tail(400)))
     assert idle > 0, second.log_tail(60)
+    # the views show the cohorts out of memory too, as the fold of every event has them
+    from streams.worker.resting import rows_of
+
+    shown = second.get("/jobs")
+    assert shown["resting"] and set(shown["cohorts"]) == set(order), shown["cohorts"]
+    expected = [r for c in sorted(referee.engines) for r in rows_of(c, referee.engines[c])[0]]
+    assert sorted(shown["jobs"], key=lambda r: r["job_id"]) == sorted(expected, key=lambda r: r["job_id"])
+    plans = second.get("/plans")["plans"]
+    assert sorted(p["job_id"] for p in plans) == sorted(j for lin in referee.engines.values() for j in lin.plans)
     last = {cohort_of[d["job_id"]]: d for d in events}
     again = list(last.values())
     produce_events(kafka_bootstrap, topics.events, again, CODEC)  # redelivered copies: dropped

@@ -36,6 +36,7 @@ EXPECTED = {
     "traintrace_incidents_open": "gauge",
     "traintrace_plans_effective": "gauge",
     "traintrace_cohorts": "gauge",
+    "traintrace_cohorts_resting": "gauge",
     "traintrace_jobs_halted": "gauge",
     "traintrace_events_held": "gauge",
     "traintrace_snapshots_written_total": "counter",

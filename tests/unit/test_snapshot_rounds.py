@@ -150,3 +150,58 @@ def test_an_idle_cohort_with_an_unacknowledged_command_leaves_memory_and_still_a
     assert referee.tick(10**9 + 1) == []  # once
     referee.forget_cohorts(["d"])  # its partition revoked: the next owner knows them
     assert referee.resting == {} and not any(v[0] == "d" for v in referee.issued.values())
+
+
+# ----------------------------------------------------------------- the views of resting cohorts
+
+
+def test_a_cohort_that_leaves_memory_keeps_its_view_rows():
+    """Issue 27: eviction is the default, so /jobs, /incidents and /plans show the cohorts out of
+    memory from the rows kept when they left (streams.worker.resting), the same rows as before."""
+    from streams.worker.resting import counts_of, rows_of
+
+    store, referee = _quiet_store(evict_idle=True)
+    before = {c: (rows_of(c, lin), counts_of(lin)) for c, lin in referee.engines.items()}
+    assert before["training"][0][0] and all(r["cohort_id"] == "training" for r in before["training"][0][0])
+    store.settle_round(store.begin_round(0, 10_001))
+    assert referee.engines == {}
+    for cohort, (rows, counts) in before.items():
+        assert store.resting_rows(cohort) == rows
+        assert store.resting.counts[cohort] == counts
+    assert store.resting.totals() == tuple(map(sum, zip(*(c for _r, c in before.values()))))
+    store.drop_partition(0)  # revoked: the next owner shows them
+    assert store.resting.rows == {} and store.resting.counts == {} and store.resting_rows("training") is None
+
+
+def test_a_resting_cohort_without_rows_is_shown_from_its_snapshot(monkeypatch):
+    """A settled cohort left out of memory at a takeover was never decoded: its rows are made
+    from its snapshot the first time a view asks, then kept."""
+    from streams.worker.resting import rows_of
+
+    store, referee = _quiet_store(evict_idle=True)
+    expected = rows_of("settled", referee.engines["settled"])
+    encoded = images.encode(referee, "settled")
+    value = {"cohort_id": "settled", "state": encoded, "digest": images.digest(encoded)}
+    reads: list[tuple] = []
+    monkeypatch.setattr(store, "_read_at", lambda c, p, o: reads.append((c, p, o)) or value)
+    referee.forget_cohorts(["settled"])
+    store.out_of_memory["settled"] = 0
+    assert store.resting_rows("settled") == expected
+    assert store.resting_rows("settled") == expected and reads == [("settled", 0, 0)]  # read once
+    assert store.resting_rows("training") is None  # in memory: not resting
+
+
+def test_a_cohort_whose_retention_is_still_to_come_stays_in_memory():
+    """SPEC §13 under a settle horizon: a retention tick needs the cohort in memory, so a cohort
+    with checkpoints whose retention may still change does not leave it (idle or settled)."""
+    store, referee = _quiet_store(evict_idle=True)
+    lin = referee.engines["training"]
+    assert lin.state.checkpoints
+    store.settings = WorkerSettings("127.0.0.1:1", evict_settled=True, evict_idle=True,
+                                    cohort_horizons_ms={"training": 60_000})
+    assert not store.may_rest("training", lin, settled_only=False)
+    assert store.may_rest("settled", referee.engines["settled"])  # no horizon of its own
+    rnd = store.begin_round(0, 10_001)
+    assert rnd.idle == ["settled"]
+    store.settle_round(rnd)
+    assert set(referee.engines) == {"training"}
