@@ -84,6 +84,10 @@ WORKER_SETTINGS: tuple[Setting, ...] = (
             "for its source, no retention decision to come under a settle horizon; an unacknowledged command "
             "still alerts): back from its snapshot at its next event. A worker's memory then follows the "
             "cohorts that train, not every cohort that ever did [default: on].", negative="--keep-idle"),
+    Setting("--evict-idle-after", "TRAINTRACE_EVICT_IDLE_AFTER", float, 30.0,
+            "...and only once it has been seen without input for this many seconds at a round: a cohort whose "
+            "input comes in bursts further apart is brought back (one read of its snapshot) at most once per "
+            "this interval.", minimum=0),
     Setting("--watchdog-seconds", "TRAINTRACE_WATCHDOG_SECONDS", float, 180.0,
             "Exit with status 70 (stacks dumped) when records wait on an owned partition and none was "
             "processed for this long while every dependency answers, or when the event loop stops turning: "
@@ -170,6 +174,8 @@ class WorkerSettings:
     evict_settled: bool = True
     #: ...and so do cohorts with no input for a whole round and nothing waiting on the clock
     evict_idle: bool = True
+    #: ...once seen without input at rounds for this long (seconds)
+    evict_idle_after_s: float = 30.0
     #: Faust: how often offsets are committed
     commit_interval_s: float = 1.0
     #: Kafka group session timeout: how fast a dead worker's partitions move
@@ -258,7 +264,8 @@ class WorkerSettings:
             session_timeout_s=values["session_timeout"], watchdog_s=values["watchdog_seconds"],
             loglevel=values["loglevel"], signing_key=values["signing_key"], trusted_keys=values["trusted_keys"],
             log_origin=values["log_origin"], snapshot_every=values["snapshot_every"], snapshot_interval_s=values["snapshot_interval"],
-            evict_settled=values["evict_settled"], evict_idle=values["evict_idle"], kafka=kafka,
+            evict_settled=values["evict_settled"], evict_idle=values["evict_idle"],
+            evict_idle_after_s=values["evict_idle_after"], kafka=kafka,
             settle_horizon_ms=None if horizon is None else int(horizon * 1000),
             cohort_horizons_ms=cohort_horizons, retention_interval_s=values["retention_interval"],
             route_feed=values["route_feed"], fold_feed=values["fold_feed"],

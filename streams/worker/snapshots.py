@@ -110,6 +110,8 @@ class SnapshotStore:
         self.resting = RestingViews(str(settings.store), settings.data_dir)
         self.resting.out_of_memory = self.out_of_memory
         self.last_round: dict[int, float] = {}  # partition -> monotonic time of its last round
+        #: cohort -> monotonic time a round first saw it without input since its snapshot
+        self.quiet_since: dict[str, float] = {}
         self._producer = None
         self._delivered: dict[str, int] = {}
         self._errors: list[str] = []
@@ -154,14 +156,19 @@ class SnapshotStore:
         t0 = time.perf_counter()
         referee = self.referee
         rnd = Round(partition, covers, t0)
+        now = time.monotonic()
         for cohort in sorted(c for c, p in referee.partition_of.items() if p == partition and c in referee.engines):
             pos = referee.position.get(cohort)
             last = self.latest.get(cohort)
             if last is not None and (pos is None or pos[1] < last.covers):
-                # no input since its last snapshot: with --evict-idle it may leave memory
-                if self.settings.evict_idle and self.may_rest(cohort, referee.engines[cohort], settled_only=False):
+                # no input since its last snapshot: with --evict-idle it may leave memory, once it
+                # has been seen so for --evict-idle-after seconds
+                quiet = now - self.quiet_since.setdefault(cohort, now)
+                if self.settings.evict_idle and quiet >= self.settings.evict_idle_after_s \
+                        and self.may_rest(cohort, referee.engines[cohort], settled_only=False):
                     rnd.idle.append(cohort)
                 continue
+            self.quiet_since.pop(cohort, None)
             rnd.written[cohort] = self._send_cohort(cohort, partition, covers, pos)
         rnd.encode_s = time.perf_counter() - t0
         self.last_round[partition] = time.monotonic()
@@ -242,6 +249,7 @@ class SnapshotStore:
             if referee.position.get(cohort, (0, -1))[1] >= last.covers:
                 continue  # input since the snapshot: not what it holds any more
             self.resting.keep(cohort, lin)
+            self.quiet_since.pop(cohort, None)
             referee.forget_cohorts([cohort], idle=not settled_only)
             self.out_of_memory[cohort] = partition
             n += 1
@@ -436,4 +444,5 @@ class SnapshotStore:
             self.referee.forget_cohorts(resting)
         for cohort in [c for c in self.latest if self.referee.partition_of.get(c) == partition]:
             del self.latest[cohort]
+            self.quiet_since.pop(cohort, None)
         self.last_round.pop(partition, None)

@@ -102,6 +102,7 @@ CASES = {
     "settle_horizon": ("600", lambda s: s.settle_horizon_ms, 600_000),
     "cohort_settle_horizons": ("a=60,b=none", lambda s: s.cohort_horizons_ms, {"a": 60_000, "b": None}),
     "retention_interval": ("2", lambda s: s.retention_interval_s, 2.0),
+    "evict_idle_after": ("5", lambda s: s.evict_idle_after_s, 5.0),
     "route_feed": ("faust", lambda s: s.route_feed, "faust"),
     "fold_feed": ("direct", lambda s: s.fold_feed, "direct"),
     "log_origin": ("traintrace.example/prod/", lambda s: s.log_origin, "traintrace.example/prod"),

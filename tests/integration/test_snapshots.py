@@ -29,7 +29,7 @@ from streams.devtools.worker_process import WorkerProcess, produce_events, wait_
 
 CODEC = Codec()
 SNAP_ARGS = ["--snapshot-every", "150", "--snapshot-interval", "0.5", "--commit-interval", "0.2",
-             "--grace-seconds", "4", "--loglevel", "info"]
+             "--grace-seconds", "4", "--evict-idle-after", "0", "--loglevel", "info"]
 
 
 @pytest.fixture

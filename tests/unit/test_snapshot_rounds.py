@@ -78,7 +78,7 @@ def test_a_cohort_without_input_since_its_snapshot_is_not_counted():
 
 def _quiet_store(evict_idle: bool) -> tuple[SnapshotStore, Referee]:
     store, referee = _store(evict=True)
-    store.settings = WorkerSettings("127.0.0.1:1", evict_settled=True, evict_idle=evict_idle)
+    store.settings = WorkerSettings("127.0.0.1:1", evict_settled=True, evict_idle=evict_idle, evict_idle_after_s=0)
     for cohort in ("training", "settled"):  # snapshots after all their input: no input since
         store.latest[cohort] = Latest(covers=10_000, offset=0, settled=cohort == "settled", events=100)
     return store, referee
@@ -197,7 +197,7 @@ def test_a_cohort_whose_retention_is_still_to_come_stays_in_memory():
     store, referee = _quiet_store(evict_idle=True)
     lin = referee.engines["training"]
     assert lin.state.checkpoints
-    store.settings = WorkerSettings("127.0.0.1:1", evict_settled=True, evict_idle=True,
+    store.settings = WorkerSettings("127.0.0.1:1", evict_settled=True, evict_idle=True, evict_idle_after_s=0,
                                     cohort_horizons_ms={"training": 60_000})
     assert not store.may_rest("training", lin, settled_only=False)
     assert store.may_rest("settled", referee.engines["settled"])  # no horizon of its own
@@ -205,3 +205,25 @@ def test_a_cohort_whose_retention_is_still_to_come_stays_in_memory():
     assert rnd.idle == ["settled"]
     store.settle_round(rnd)
     assert set(referee.engines) == {"training"}
+
+
+def test_an_idle_cohort_leaves_memory_only_once_quiet_for_evict_idle_after(monkeypatch):
+    """A cohort whose input comes in bursts is not evicted at the first round that finds it
+    quiet: only once rounds have seen it so for ``--evict-idle-after`` seconds (so a sparse
+    cohort on a busy partition is brought back at most once per that interval)."""
+    import time as _time
+
+    store, referee = _quiet_store(evict_idle=True)
+    store.settings = WorkerSettings("127.0.0.1:1", evict_settled=True, evict_idle=True, evict_idle_after_s=30)
+    clock = [1_000.0]
+    monkeypatch.setattr(_time, "monotonic", lambda: clock[0])
+    rnd = store.begin_round(0, 10_001)
+    assert rnd.idle == []  # first seen quiet now
+    store.settle_round(rnd)
+    clock[0] += 29
+    assert store.begin_round(0, 10_002).idle == []
+    clock[0] += 1
+    rnd = store.begin_round(0, 10_003)
+    assert rnd.idle == ["settled", "training"]
+    store.settle_round(rnd)
+    assert referee.engines == {} and store.quiet_since == {}
