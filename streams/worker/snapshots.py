@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streams.codec import Codec, DecodeError
-from streams.kafka.reader import read_range
+from streams.kafka.reader import RecordReader, read_range
 from streams.referee import snapshots as images
 from streams.referee.referee import Referee
 from streams.worker import metrics
@@ -113,6 +113,7 @@ class SnapshotStore:
         #: cohort -> monotonic time a round first saw it without input since its snapshot
         self.quiet_since: dict[str, float] = {}
         self._producer = None
+        self._reader: RecordReader | None = None  # single snapshot records (bring_back, the views)
         self._delivered: dict[str, int] = {}
         self._errors: list[str] = []
         referee.restorer = self.bring_back
@@ -294,6 +295,8 @@ class SnapshotStore:
     def close(self) -> None:
         if self._producer is not None:
             self._producer.flush(10)
+        if self._reader is not None:
+            self._reader.close()
 
     # ------------------------------------------------------------------ recovery
 
@@ -402,11 +405,13 @@ class SnapshotStore:
 
     def _read_at(self, cohort: str, partition: int, offset: int) -> dict:
         """The ``CohortSnapshot`` of ``cohort`` at ``offset`` of the snapshot topic."""
-        msgs = list(read_range(self.settings.kafka, self.topic, {partition: (offset, offset + 1)}, timeout=TAKEOVER_PATIENCE_S))
-        if not msgs:
+        if self._reader is None:
+            self._reader = RecordReader(self.settings.kafka, self.topic)
+        msg = self._reader.read(partition, offset, timeout=TAKEOVER_PATIENCE_S)
+        if msg is None:
             raise WorkerError(f"the snapshot of cohort {cohort!r} at {self.topic}[{partition}]@{offset} "
                               "is gone; restart the worker to re-fold the partition")
-        name, value = self.codec.decode_record(msgs[0].value())
+        name, value = self.codec.decode_record(msg.value())
         if name != "CohortSnapshot" or value["cohort_id"] != cohort:
             raise WorkerError(f"{self.topic}[{partition}]@{offset} is not the snapshot of cohort {cohort!r}")
         return value

@@ -128,3 +128,28 @@ def test_start_on_a_taken_port_raises_port_in_use(tmp_path: Path) -> None:
         port = s.getsockname()[1]
         with pytest.raises(PortInUse, match=str(port)):
             LocalBroker(tmp_path / "b", port=port).start(timeout=10)
+
+
+def test_a_record_reader_reads_single_records_at_their_offsets(kafka_bootstrap, topic_factory):
+    """``RecordReader`` (a snapshot brought back into memory): the record at each offset asked for,
+    in any order and partition, through one consumer kept open; None past the end."""
+    from confluent_kafka import Producer
+
+    from streams.kafka.reader import RecordReader
+
+    topic = topic_factory(partitions=2)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(60):
+        producer.produce(topic, key=b"k%d" % i, value=b"%05d" % i + b"x" * 5000, partition=i % 2)
+    assert producer.flush(30) == 0
+    reader = RecordReader(kafka_bootstrap, topic)
+    try:
+        for i in (7, 0, 29, 3, 3, 18, 1, 29):
+            for p in (0, 1):
+                msg = reader.read(p, i, timeout=30)
+                assert msg is not None and (msg.partition(), msg.offset()) == (p, i)
+                assert int(msg.value()[:5]) == 2 * i + p
+        assert reader.read(0, 30, timeout=5) is None  # nothing written there
+        assert reader.read(1, 2, timeout=30).offset() == 2  # and on again
+    finally:
+        reader.close()
