@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench_client import _Broker  # noqa: E402 - the benches' broker: given, or started for the run
 from streams.kafka.reader import RecordReader, read_range  # noqa: E402
 from streams.kafka.settings import KafkaSettings  # noqa: E402
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics  # noqa: E402
@@ -29,14 +29,9 @@ def main() -> int:
     ap.add_argument("--bootstrap", default=None)
     ap.add_argument("--reads", type=int, default=40)
     args = ap.parse_args()
-    broker = None
-    bootstrap = args.bootstrap
-    if bootstrap is None:
-        from streams.devtools.broker import LocalBroker
-
-        broker = LocalBroker(Path(tempfile.mkdtemp(prefix="tt-bench-broker-")))
-        bootstrap = broker.start()
-    try:
+    with _Broker(args.bootstrap) as broker:
+        bootstrap = broker.bootstrap
+        assert bootstrap is not None
         topics = TopicNames.from_env(f"sr{uuid.uuid4().hex[:8]}.")
         ensure_topics(bootstrap, standard_topics(topics, 2))
         kafka = KafkaSettings.of(bootstrap)
@@ -64,9 +59,6 @@ def main() -> int:
         reader.close()
         a, b = medians.values()
         print(f"RecordReader ÷ read_range (medians): ×{b / a:.3f}")
-    finally:
-        if broker is not None:
-            broker.stop()
     return 0
 
 
