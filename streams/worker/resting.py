@@ -77,8 +77,12 @@ class RestingViews:
         self.keep_rows(cohort, rows_of(cohort, lin), counts_of(lin))
 
     def keep_rows(self, cohort: str, rows: Rows, counts: tuple[int, int, int, int]) -> None:
-        self.rows[cohort] = rows
         self.counts[cohort] = counts
+        try:
+            self.rows[cohort] = rows
+        except Exception as exc:  # noqa: BLE001 - a cache: the rows are made from the snapshot instead
+            log.warning("the views' rows of cohort %r are not kept (%s): made from its snapshot when asked",
+                        cohort, exc)
 
     def get(self, cohort: str) -> Rows | None:
         value = self.rows.get(cohort)

@@ -227,3 +227,23 @@ def test_an_idle_cohort_leaves_memory_only_once_quiet_for_evict_idle_after(monke
     assert rnd.idle == ["settled", "training"]
     store.settle_round(rnd)
     assert referee.engines == {} and store.quiet_since == {}
+
+
+def test_rows_that_cannot_be_kept_are_made_from_the_snapshot_instead(monkeypatch):
+    """The rows are a cache: a store that refuses them (a full disk) costs a read, not a round."""
+    store, referee = _quiet_store(evict_idle=True)
+
+    class Refusing(dict):
+        def __setitem__(self, key, value):
+            raise OSError("No space left on device")
+
+    store.resting.rows = Refusing()
+    encoded = images.encode(referee, "training")
+    value = {"cohort_id": "training", "state": encoded, "digest": images.digest(encoded)}
+    from streams.worker.resting import rows_of
+
+    expected = rows_of("training", referee.engines["training"])
+    store.settle_round(store.begin_round(0, 10_001))
+    assert referee.engines == {} and "training" in store.resting.counts
+    monkeypatch.setattr(store, "_read_at", lambda c, p, o: value)
+    assert store.resting_rows("training") == expected
