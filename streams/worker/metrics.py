@@ -28,6 +28,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4 as CONTENT_TYP
 from streams.codec.errors import DECODE_REASONS
 from streams.core.state import HALT_REASONS
 from streams.signing.message import BAD_SIGNATURE, MALFORMED, UNKNOWN_KEY, UNSIGNED, WRONG_ROLE
+from streams.worker.resting import counts_of
 
 # before any metric is created: no ``<name>_created`` series (the process start time is in
 # process_start_time_seconds)
@@ -136,10 +137,8 @@ def observe_referee(referee, resting=None) -> None:
     :class:`~streams.worker.resting.RestingViews`) those out of it whose rows are known."""
     incidents, plans, halted, held = resting.totals() if resting is not None else (0, 0, 0, 0)
     for lin in referee.engines.values():
-        held += lin.seals.holding
-        incidents += len(lin.incidents)
-        plans += len(lin.plans)
-        halted += sum(1 for j in lin.state.jobs.values() if j.halt_reasons)
+        i, p, h, w = counts_of(lin)  # what a resting cohort keeps counted, for one in memory
+        incidents, plans, halted, held = incidents + i, plans + p, halted + h, held + w
     INCIDENTS.set(incidents)
     PLANS.set(plans)
     HALTED.set(halted)

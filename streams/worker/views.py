@@ -16,7 +16,7 @@ import asyncio
 from typing import Any
 
 from streams.worker import metrics
-from streams.worker.resting import job_row as _job_view  # noqa: F401 - the row of /jobs
+from streams.worker.resting import job_row as _job_view  # the row of /jobs, in memory or resting
 
 
 def register(app, referee, ckview, lock, health=None, owned=None, snapshots=None) -> None:
