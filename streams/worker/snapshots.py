@@ -364,23 +364,37 @@ class SnapshotStore:
                 cohort = value["cohort_id"]
                 prev = latest.get(cohort)
                 if prev is None or value["covers"] >= prev.covers:
-                    latest[cohort] = Latest(value["covers"], msg.offset(), value["settled"])
-                    # a settled cohort stays out of memory: its state is read again if ever needed
-                    records[cohort] = None if value["settled"] else value
+                    # a settled cohort stays out of memory: its state is read again if ever needed,
+                    # so it is checked now (signature, digest), while it is at hand; one that fails
+                    # is restored like an unsettled one, which refuses it and re-folds the partition
+                    settled = bool(value["settled"]) and self._refusal(value) is None
+                    latest[cohort] = Latest(value["covers"], msg.offset(), settled)
+                    records[cohort] = None if settled else value
         return rounds, latest, records
 
-    def _restore(self, cohort: str, partition: int, value: dict) -> bool:
+    def _refusal(self, value: dict) -> str | None:
+        """Why a ``CohortSnapshot`` may not be used (its signature under ``--trusted-keys``, its
+        digest), or None."""
         if self.keys:
             from streams.signing import check_snapshot
 
             ok, reason = check_snapshot(value, self.keys)
             if not ok:
-                log.warning("snapshot of cohort %r refused (%s): re-folding its partition", cohort, reason)
-                metrics.SNAPSHOTS_REFUSED.inc()
-                return False
+                return reason
         try:
-            encoded = images.verify(value["state"], value["digest"])
-            images.restore(self.referee, cohort, partition, encoded)
+            images.verify(value["state"], value["digest"])
+        except (images.SnapshotRejected, KeyError) as exc:
+            return str(exc)
+        return None
+
+    def _restore(self, cohort: str, partition: int, value: dict) -> bool:
+        reason = self._refusal(value)
+        if reason is not None:
+            log.warning("snapshot of cohort %r refused (%s): re-folding its partition", cohort, reason)
+            metrics.SNAPSHOTS_REFUSED.inc()
+            return False
+        try:
+            images.restore(self.referee, cohort, partition, bytes(value["state"]))
         except images.SnapshotRejected as exc:
             log.warning("snapshot of cohort %r refused (%s): re-folding its partition", cohort, exc)
             metrics.SNAPSHOTS_REFUSED.inc()
@@ -428,7 +442,10 @@ class SnapshotStore:
             return None
         try:
             value = self._read_at(cohort, partition, last.offset)
-            lin = images.engine_of(self.referee.config, cohort, images.verify(value["state"], value["digest"]))
+            reason = self._refusal(value)
+            if reason is not None:
+                raise images.SnapshotRejected(f"its snapshot is refused ({reason})")
+            lin = images.engine_of(self.referee.config, cohort, bytes(value["state"]))
         except (WorkerError, images.SnapshotRejected, KeyError) as exc:
             log.warning("the views cannot show cohort %r out of memory: %s", cohort, exc)
             return None

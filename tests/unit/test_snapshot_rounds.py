@@ -247,3 +247,52 @@ def test_rows_that_cannot_be_kept_are_made_from_the_snapshot_instead(monkeypatch
     assert referee.engines == {} and "training" in store.resting.counts
     monkeypatch.setattr(store, "_read_at", lambda c, p, o: value)
     assert store.resting_rows("training") == expected
+
+
+class _Msg:
+    def __init__(self, offset: int, value: dict):
+        self._offset, self._value = offset, value
+
+    def offset(self) -> int:
+        return self._offset
+
+    def value(self) -> dict:
+        return self._value
+
+
+@pytest.mark.parametrize("forgery", ["unsigned", "digest"])
+def test_a_settled_snapshot_is_checked_before_it_is_left_out_of_memory(monkeypatch, forgery):
+    """A settled cohort's snapshot is left out of memory at a takeover, never decoded; it is
+    checked (signature, digest) as the scan reads it, and one that fails is refused like any
+    other: the partition is re-folded from its start (seen live: a forged settled snapshot was
+    left out of memory and its refusal never logged)."""
+    from types import SimpleNamespace
+
+    from streams.signing import SnapshotSigner
+    from streams.signing.keys import generate_key
+    from streams.worker import snapshots as mod
+
+    _store_, referee = _quiet_store(evict_idle=True)
+    key = generate_key()
+    store = SnapshotStore(WorkerSettings("127.0.0.1:1", evict_settled=True), Codec(), Referee(),
+                          signer=SimpleNamespace(private_key=key))
+    sign = SnapshotSigner(key)
+    encoded = images.encode(referee, "settled")
+    good = sign({"type": "CohortSnapshot", "cohort_id": "settled", "partition": 0, "covers": 5, "settled": True,
+                 "state": encoded, "digest": images.digest(encoded), "input_offset": 4,
+                 "format": images.FORMAT, "ts": 1})
+    bad = dict(good, signature=None, key_id=None) if forgery == "unsigned" else dict(good, digest="0" * 64)
+    rnd = {"type": "SnapshotRound", "partition": 0, "covers": 6}
+
+    def scan(log):
+        monkeypatch.setattr(mod, "read_range", lambda *a, **k: [_Msg(i, v) for i, v in enumerate(log)])
+        monkeypatch.setattr(store.codec, "decode_record", lambda v: (v["type"], v))
+        store.latest.clear()
+        store.out_of_memory.clear()
+        return store.load(0, 10)
+
+    assert scan([good, rnd]) == (6, {})
+    assert store.out_of_memory == {"settled": 0} and store.latest["settled"].settled
+    assert scan([good, rnd, dict(bad, covers=6)]) == (0, {})  # refused: re-fold from the start
+    assert "settled" not in store.out_of_memory and "settled" not in store.referee.engines
+    assert store.resting_rows("settled") is None
