@@ -33,12 +33,15 @@ import math
 import os
 import runpy
 import sys
+import time
 from pathlib import Path
 
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
 import ray.tune.schedulers as schedulers  # noqa: E402
+from ray.tune.experiment import Trial  # noqa: E402
+from ray.tune.schedulers import TrialScheduler  # noqa: E402
 
 from streams.integrations.ray_tune import LineagePBT  # noqa: E402
 
@@ -67,7 +70,26 @@ class Swapped(LineagePBT):
         if self.injected == trial.trial_id and result.get("training_iteration") == NAN_AT \
                 and self.jobs[trial.trial_id].client.incarnation == 0:
             result = {**result, "mean_accuracy": math.nan}
-        return super().on_trial_result(tune_controller, trial, result)
+        decision = super().on_trial_result(tune_controller, trial, result)
+        if self.injected is not None and trial.trial_id != self.injected and self._await_rollback(trial):
+            return TrialScheduler.NOOP  # paused by its rollback, as when the command comes in time
+        return decision
+
+    def _await_rollback(self, trial) -> bool:
+        """After the NaN: a trial that exploited the tainted checkpoint waits (up to 60 s) for the
+        referee's rollback before it trains on. Ray's smoke-test iterations take milliseconds,
+        less than the referee's round trip on a loaded machine; an exploiter that runs to its end
+        first is quarantined instead (SPEC §7: it cannot be rolled back), which is not what this
+        test is about (seen in CI: an exploiter ran 6..10 and finished before its rollback came).
+        The wait polls the job's commands as the scheduler does after a result, so the rollback is
+        applied by the same code. Whether the trial is now paused by it."""
+        job = self.jobs.get(trial.trial_id)
+        if job is None or f"{self.injected}-{NAN_AT - 1}" not in getattr(job, "consumed", ()):
+            return False
+        deadline = time.monotonic() + 60
+        while job.client.incarnation == 0 and not job.client.is_finished and time.monotonic() < deadline:
+            job.client.poll(timeout=0.5)
+        return trial.status == Trial.PAUSED
 
 
 def start_ray() -> None:
