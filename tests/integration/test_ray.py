@@ -62,6 +62,9 @@ def train_fn(config):
             state = torch.load(os.path.join(d, "state.pt"), weights_only=True)
         model.load_state_dict(state["model"])
         start = state["iteration"]
+    if config.get("trace"):  # what each (re)start of the function began from, for a failure's message
+        with open(config["trace"], "a") as f:
+            f.write(f"{tune.get_context().get_trial_id()} start={start} from={ck.path if ck else None}\n")
     for it in range(start + 1, config.get("iters", ITERS) + 1):
         spike = config.get("spike", 1e20) if config.get("lr_spike_at") == it and first_pass(config, ck) else 1.0
         for group in opt.param_groups:
@@ -276,7 +279,7 @@ def test_an_exploit_of_a_diverged_trial_is_rolled_back_too(ray_cluster, lineage_
     run = lineage_cohort(extra_args=["--window", "2", "--taint-margin", "1"])
     scores = {0.05: 3.0, 0.002: 2.0, 0.01: 1.0}  # P, Q, C: C exploits P at 2
     space = {"lr": tune.grid_search(list(scores)), "pace": 0.3, "spike": 30.0,
-             "spike_marker": str(tmp_path / "spiked"),
+             "spike_marker": str(tmp_path / "spiked"), "trace": str(tmp_path / "starts.txt"),
              "score": tune.sample_from(lambda s: scores[s.config.lr]),
              "lr_spike_at": tune.sample_from(lambda s: 3 if s.config.lr == 0.05 else None)}
     pbt, results = run_pbt(run, tmp_path, "cascade", space, perturbation_interval=2, metric="score",
@@ -319,7 +322,8 @@ def test_an_exploit_of_a_diverged_trial_is_rolled_back_too(ray_cluster, lineage_
         assert mine[rb]["restored_checkpoint_id"] == target
         after = [e for e in mine[rb:] if e["type"] == "Progress"]
         assert after and after[0]["step"] == written[target]["step"] + 1, (j, target, after[:1])
-        assert after[-1]["step"] == 8, (j, [(e["type"], e.get("step")) for e in mine[rb:]])
+        assert after[-1]["step"] == 8, (j, [(e["type"], e.get("step"), e.get("status")) for e in mine[rb:]],
+                                        (tmp_path / "starts.txt").read_text(), jobs[j].outcomes)
         assert mine[-1]["type"] == "JobFinished" and mine[-1]["status"] == "SUCCEEDED"
     # (d)
     assert_audits_clean(run, config)
