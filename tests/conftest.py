@@ -5,15 +5,40 @@ No fixtures a test asks for: unit tests (``tests/unit``) need nothing, and the K
 ``group_factory``) live in ``tests/integration/conftest.py``, which also marks every test there
 ``integration`` (deselect them with ``-m "not integration"``).
 
-One autouse fixture: every test starts with the session's Kafka and traintrace settings. One
-hook: the longest test files run first (``scripts/test`` runs the suite on several processes,
+One autouse fixture: every test starts with the session's Kafka and traintrace settings. Two
+hooks: the longest test files run first (``scripts/test`` runs the suite on several processes,
 a file at a time each, in collection order: a long file collected last would run alone at the
-end).
+end); and a unit run (``-m "not integration"``) does not import ``tests/integration`` and
+``tests/faults`` at all (their conftests mark every test there ``integration``, so none would be
+selected, and importing them costs each test process the training frameworks' imports).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
+_TESTS = Path(__file__).resolve().parent
+#: where every test is marked ``integration`` (by the directory's own conftest)
+_INTEGRATION_DIRS = frozenset({_TESTS / "integration", _TESTS / "faults"})
+
+
+def excludes_integration(markexpr: str) -> bool:
+    """Whether ``-m markexpr`` deselects every ``integration`` test: ``not integration`` alone or
+    as a conjunct (``not integration and ...``, ``... and not integration``)."""
+    expr = " ".join(markexpr.split())
+    return expr == "not integration" or expr.startswith("not integration and ") \
+        or expr.endswith(" and not integration")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Skip the integration and fault directories in a unit run: importing their modules (PyTorch,
+    Ray, transformers, Lightning at module level) took each test process several seconds of CPU
+    for tests that ``-m "not integration"`` then deselected, every one."""
+    if collection_path in _INTEGRATION_DIRS and excludes_integration(config.getoption("markexpr") or ""):
+        return True
+    return None
 
 #: the settings every traintrace command reads from the environment
 _SETTINGS_PREFIXES = ("KAFKA_", "TRAINTRACE_")
