@@ -25,11 +25,10 @@ _INTEGRATION_DIRS = frozenset({_TESTS / "integration", _TESTS / "faults"})
 
 
 def excludes_integration(markexpr: str) -> bool:
-    """Whether ``-m markexpr`` deselects every ``integration`` test: ``not integration`` alone or
-    as a conjunct (``not integration and ...``, ``... and not integration``)."""
-    expr = " ".join(markexpr.split())
-    return expr == "not integration" or expr.startswith("not integration and ") \
-        or expr.endswith(" and not integration")
+    """Whether ``-m markexpr`` deselects every ``integration`` test: a conjunction (no ``or``, no
+    parentheses) of which ``not integration`` is a term."""
+    terms = " ".join(markexpr.split()).split(" and ")
+    return "not integration" in terms and not any(" or " in t or "(" in t for t in terms)
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:

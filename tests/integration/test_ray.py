@@ -27,11 +27,9 @@ import time
 import pytest
 
 torch = pytest.importorskip("torch")
-os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-# no workers prestarted for the first driver: two a cluster, never used by the trials' actors
-# on this machine (measured: 22 of 62 Ray workers in a suite run stayed idle, ~5 s of CPU each)
-os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
+from tests.integration import ray_env  # noqa: E402
+
+ray_env.apply()  # before ray is imported
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ray = pytest.importorskip("ray")
 tune = pytest.importorskip("ray.tune")
