@@ -22,7 +22,8 @@ from streams.kafka.topics import TopicNames
 from streams.kafka.reader import read_to_end
 from streams.codec import Codec, DecodeError
 from streams.core.errors import InvalidEvent
-from streams.core.events import parse_event
+from streams.core.cohorts import UNREGISTERED_COHORT
+from streams.core.events import JobStarted, parse_event
 from streams.operator_commands.plans import effective_plans
 
 CODEC = Codec()
@@ -42,23 +43,31 @@ class RoutingReport:
     unknown: list[tuple[int, int]] = field(default_factory=list)  # routed, not a valid events record
     reordered: list[str] = field(default_factory=list)  # job: first copies out of the log's order
     changed: list[tuple[int, int]] = field(default_factory=list)  # routed bytes differ from the log
+    #: routed to another cohort than its job's first JobStarted names ("" before it): (p, o, job,
+    #: routed to, should be)
+    miscohorted: list[tuple[int, int, str, str, str]] = field(default_factory=list)
     ticks: int = 0
 
     @property
     def ok(self) -> bool:
-        return not (self.missing or self.unknown or self.reordered or self.changed)
+        return not (self.missing or self.unknown or self.reordered or self.changed or self.miscohorted)
 
     def describe(self) -> str:
         return (f"{self.valid} valid events, {len(self.invalid)} invalid, {self.routed} routed "
                 f"({self.duplicates} re-routed copies), missing {self.missing[:8]} "
                 f"({len(self.missing)}), not on the log {self.unknown[:5]}, out of order {self.reordered[:8]} "
-                f"({len(self.reordered)}), changed {self.changed[:5]}")
+                f"({len(self.reordered)}), changed {self.changed[:5]}, to the wrong cohort {self.miscohorted[:5]} "
+                f"({len(self.miscohorted)})")
 
 
-def _events_log(bootstrap: str, topics: TopicNames) -> tuple[dict[tuple[int, int], tuple[bytes, str, int]], list[tuple[int, int]]]:
-    valid: dict[tuple[int, int], tuple[bytes, str, int]] = {}
+def _events_log(bootstrap: str, topics: TopicNames) -> tuple[dict[tuple[int, int], tuple[bytes, str, int, str]],
+                                                             list[tuple[int, int]]]:
+    """The valid records of ``lineage.events`` by origin: (value, job, seq, the cohort it must
+    be routed to), and the origins of the invalid ones."""
+    valid: dict[tuple[int, int], tuple[bytes, str, int, str]] = {}
     invalid: list[tuple[int, int]] = []
-    for m in read_to_end(bootstrap, topics.events):
+    cohort_of: dict[str, str] = {}  # a job's events are in one partition: its first JobStarted wins
+    for m in sorted(read_to_end(bootstrap, topics.events), key=lambda m: (m.partition, m.offset)):
         try:
             ev = parse_event(CODEC.decode_event(m.value))
         except (DecodeError, InvalidEvent):
@@ -67,7 +76,9 @@ def _events_log(bootstrap: str, topics: TopicNames) -> tuple[dict[tuple[int, int
         if m.key is not None and m.key != ev.job_id.encode():
             invalid.append((m.partition, m.offset))
             continue
-        valid[(m.partition, m.offset)] = (m.value, ev.job_id, ev.seq)
+        if isinstance(ev, JobStarted):
+            cohort_of.setdefault(ev.job_id, ev.cohort_id)
+        valid[(m.partition, m.offset)] = (m.value, ev.job_id, ev.seq, cohort_of.get(ev.job_id, UNREGISTERED_COHORT))
     return valid, invalid
 
 
@@ -91,6 +102,8 @@ def routing_report(bootstrap: str, topics: TopicNames) -> RoutingReport:
                 continue
             if have[0] != r["value"]:
                 rep.changed.append(origin)
+            if have[3] != batch["cohort_id"]:
+                rep.miscohorted.append((*origin, have[1], batch["cohort_id"], have[3]))
             if origin in first:
                 rep.duplicates += 1
                 continue
@@ -98,7 +111,7 @@ def routing_report(bootstrap: str, topics: TopicNames) -> RoutingReport:
             seen_order[have[1]].append(origin)
     by_job: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for origin in sorted(valid):
-        _v, job, seq = valid[origin]
+        _v, job, seq, _cohort = valid[origin]
         by_job[job].append(origin)
         if origin not in first:
             rep.missing.append((*origin, job, seq))

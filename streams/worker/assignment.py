@@ -149,6 +149,7 @@ class Assignment:
         for job, cohort in known.items():
             route.jobmap.map.setdefault(job, cohort)
         for p in ev_parts:
+            route.map_reads.pop(p, None)  # read whole just now
             route.input.assign(p, starts[p])
 
     async def _fold_from_group(self, mine: list[int], starts: dict[int, int]) -> None:

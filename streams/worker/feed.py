@@ -46,9 +46,22 @@ class DirectFeed:
         #: partition -> the offset the consumer delivers next
         self.at: dict[int, int] = {}
         self.errors = 0
+        self.closing = False  # the worker is stopping: no more batches
+        self._busy = False  # a consume() runs in the executor
+        self._closed = False
 
     def close(self) -> None:
-        self.consumer.close()
+        """Stop taking batches and close the consumer: now, or (a consume() still running in
+        its thread) as soon as that returns: a consumer is never closed under a running call,
+        and a clean stop is not a crash of the feed."""
+        self.closing = True
+        if not self._busy:
+            self._close_now()
+
+    def _close_now(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.consumer.close()
 
     def highwater(self, topic: str, partition: int) -> int | None:
         """The high watermark of an events partition the feed reads, as its last fetch saw it
@@ -93,17 +106,23 @@ class DirectFeed:
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
-        while True:
+        while not self.closing:
             self._follow()
             if not self.at:
                 await asyncio.sleep(0.1)
                 continue
+            self._busy = True
             try:
                 records = await loop.run_in_executor(None, self._consume)
             except KafkaException as exc:  # retried: the next round consumes again
                 self._error(exc)
                 await asyncio.sleep(0.5)
                 continue
+            finally:
+                self._busy = False
+            if self.closing:  # stopped while it consumed: what it got is the next owner's
+                self._close_now()
+                return
             if not records:
                 continue
             for r in records:

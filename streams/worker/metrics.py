@@ -49,6 +49,12 @@ EMITTED_RECORDS: tuple[str, ...] = ("RollbackCommand", "QuarantineNotice", "Plan
 
 ROUTED = Counter("traintrace_events_routed_total", "Events decoded, validated and routed to their cohort",
                  registry=REGISTRY)
+JOBMAP_RECHECKS = Counter("traintrace_jobmap_rechecks_total",
+                          "Events of a job the router's map had no cohort for, looked up again in "
+                          "lineage.job-cohorts: found (another worker routed its JobStarted meanwhile) or not "
+                          "(the job is unregistered)", ["found"], registry=REGISTRY)
+for _found in ("yes", "no"):
+    JOBMAP_RECHECKS.labels(_found)
 FOLDED = Counter("traintrace_events_folded_total", "Routed events folded by the referee (duplicates included)",
                  registry=REGISTRY)
 REPLAYED = Counter("traintrace_events_replayed_total", "Events folded again to rebuild state after an assignment",

@@ -11,10 +11,10 @@ in tests). A record's Kafka headers come with it (``RawRecord.headers``): a dead
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, MutableMapping, Sequence
+from typing import Any, Callable, MutableMapping, Sequence
 
 from streams.codec import Codec, DecodeError
-from streams.core.cohorts import CohortRouter
+from streams.core.cohorts import UNREGISTERED_COHORT, CohortRouter
 from streams.core.errors import InvalidEvent
 from streams.core.events import parse_event
 from streams.referee.input import ParsedEvents
@@ -65,12 +65,20 @@ def dead_letter(rec: RawRecord, error_kind: str, reason: str, now_ms: int) -> De
     }, rec.headers)
 
 
+#: (the record, its job_id) -> the job's cohort found elsewhere, or None: asked before an event of a
+#: job the map has no cohort for goes to the unregistered bucket
+Recheck = Callable[[RawRecord, str], "str | None"]
+
+
 class Router:
-    def __init__(self, codec: Codec, cohort_of: MutableMapping[str, str], parsed: ParsedEvents | None = None) -> None:
+    def __init__(self, codec: Codec, cohort_of: MutableMapping[str, str], parsed: ParsedEvents | None = None,
+                 recheck: Recheck | None = None) -> None:
         self.codec = codec
         self.cohorts = CohortRouter(cohort_of)
         #: where the events it routes are handed, parsed, to this process's fold (None: nowhere)
         self.parsed = parsed
+        #: asked for the cohort of a job the map does not know (streams.worker.jobmap; None: nobody)
+        self.recheck = recheck
 
     def route(self, records: Sequence[RawRecord], now_ms: int) -> Routed:
         out = Routed()
@@ -97,6 +105,8 @@ class Router:
                 now_ms))
             return
         cohort = self.cohorts.route(event)
+        if cohort == UNREGISTERED_COHORT and self.recheck is not None:
+            cohort = self.recheck(rec, event.job_id) or UNREGISTERED_COHORT
         if self.parsed is not None and rec.value is not None:
             self.parsed.put(rec.partition, rec.offset, rec.value, event)
         out.batches.setdefault(cohort, []).append(

@@ -29,8 +29,7 @@ from streams.referee.records import Emission
 from streams.referee.referee import Referee
 from streams.worker import metrics
 from streams.worker.clock import now_ms
-from streams.worker.jobmap import HEADERS as JOBMAP_HEADERS
-from streams.worker.jobmap import JobCohortMap
+from streams.worker.jobmap import RECHECK_S, JobCohortMap, entry_headers, read_map_entries
 from streams.worker.outbox import Outbox
 from streams.worker.positions import InputPartitions, Arrival
 from streams.worker.router import RawRecord, Routed, Router, dead_letter
@@ -160,7 +159,9 @@ class RouteStage(Stage):
                  lock: asyncio.Lock, parsed: ParsedEvents | None = None) -> None:
         super().__init__(settings, settings.topics.events, codec, outbox, lock)
         self.jobmap = jobmap
-        self.router = Router(codec, jobmap, parsed)
+        self.router = Router(codec, jobmap, parsed, recheck=self.recheck)
+        #: events partition -> (monotonic time, its entries) of the last re-read of its map partition
+        self.map_reads: dict[int, tuple[float, dict[str, tuple[str, int | None]]]] = {}
 
     def begin(self) -> tuple[Routed, int]:
         return Routed(), now_ms()
@@ -168,14 +169,38 @@ class RouteStage(Stage):
     def take(self, batch: tuple[Routed, int], rec: RawRecord) -> None:
         routed, now = batch
         self.jobmap.partition = rec.partition  # a job's map entry goes to its events partition
+        self.jobmap.offset = rec.offset
         self.router.route_one(rec, routed, now)
+
+    def recheck(self, rec: RawRecord, job: str) -> str | None:
+        """An event of a job this worker's map has no cohort for: the cohort of the job's entry
+        in ``lineage.job-cohorts`` learnt from a JobStarted before it, written by another worker
+        since this one read the map (re-read at most every RECHECK_S seconds a partition;
+        blocking, and rare: streams.worker.jobmap), or None (the job is unregistered)."""
+        p = rec.partition
+        at, entries = self.map_reads.get(p, (None, {}))
+        now = time.monotonic()
+        if job not in entries and (at is None or now - at >= RECHECK_S):
+            entries = read_map_entries(self.settings.kafka, self.settings.topics.job_cohorts, [p])
+            self.map_reads[p] = (now, entries)
+        entry = entries.get(job)
+        if entry is None or (entry[1] is not None and entry[1] >= rec.offset):
+            metrics.JOBMAP_RECHECKS.labels("no").inc()
+            return None
+        cohort = self.jobmap.map.setdefault(job, entry[0])
+        metrics.JOBMAP_RECHECKS.labels("yes").inc()
+        log.warning("%s[%d]@%d: job %r had no cohort in this worker's map, but %s[%d] has it (%r, from the "
+                    "JobStarted at offset %s), written since this worker read it: another worker routed this "
+                    "partition meanwhile; routed to %r", self.topic, p, rec.offset, job,
+                    self.settings.topics.job_cohorts, p, cohort, entry[1], cohort)
+        return cohort
 
     async def finish(self, batch: tuple[Routed, int]) -> None:
         routed, _now = batch
         topics, outbox = self.settings.topics, self.outbox
-        self.jobmap.partition = None
-        for job, cohort, p in self.jobmap.take_pending():
-            outbox.send(topics.job_cohorts, job.encode(), cohort.encode(), JOBMAP_HEADERS, partition=p)
+        self.jobmap.partition = self.jobmap.offset = None
+        for job, cohort, p, at in self.jobmap.take_pending():
+            outbox.send(topics.job_cohorts, job.encode(), cohort.encode(), entry_headers(at), partition=p)
         for cohort, events in routed.batches.items():
             for i in range(0, len(events), EVENTS_PER_BATCH):
                 value = self.codec.encode_record(

@@ -139,3 +139,38 @@ def test_the_feed_knows_the_high_watermarks_faust_no_longer_fetches(monkeypatch)
             return 10
 
     assert metrics.observe_lag(FaustConsumer(), (stage.input,), highwater=feed.highwater) == {("t.events", 0): (40, 2)}
+
+
+def test_a_clean_stop_during_a_consume_ends_the_feed_and_closes_its_consumer_after_the_call(monkeypatch):
+    """The worker's stop closes the feed while a consume() runs in its thread: the consumer is
+    closed once that call returns (never under it), what it got is left to the next owner, and
+    the feed ends instead of failing on a closed consumer (which made every SIGTERM an exit 70)."""
+    import threading
+
+    stage = FakeStage()
+    feed, consumer = feed_of(stage, monkeypatch)
+    stage.input.assign(0, 0)
+    entered, release, calls = threading.Event(), threading.Event(), []
+
+    def consume(n, timeout):
+        entered.set()
+        release.wait(5)
+        assert not calls, "consume() ran on a closed consumer"
+        return [Msg(0, 0)]
+
+    consumer.consume = consume
+    consumer.close = lambda: calls.append("close")
+
+    async def stop_midway() -> None:
+        task = asyncio.ensure_future(feed.run())
+        while not entered.is_set():
+            await asyncio.sleep(0.01)
+        feed.close()
+        assert calls == []  # not under the running call
+        release.set()
+        await asyncio.wait_for(task, 5)  # ends, no exception
+
+    asyncio.run(stop_midway())
+    assert calls == ["close"] and stage.batches == []
+    feed.close()
+    assert calls == ["close"]  # once

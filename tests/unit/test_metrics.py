@@ -24,6 +24,7 @@ HISTOGRAM = "traintrace_divergence_to_command_seconds"
 EXPECTED = {
     "traintrace_events_routed_total": "counter",
     "traintrace_events_folded_total": "counter",
+    "traintrace_jobmap_rechecks_total": "counter",
     "traintrace_events_replayed_total": "counter",
     "traintrace_stale_records_skipped_total": "counter",
     "traintrace_offset_commits_total": "counter",
