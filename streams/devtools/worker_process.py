@@ -105,8 +105,10 @@ class WorkerProcess:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
 
-    def stop(self) -> None:
+    def stop(self) -> int | None:
+        """A clean stop (SIGTERM, as a deploy or systemd stops it); returns the exit status."""
         self.kill(signal.SIGTERM)
+        return self.proc.returncode if self.proc is not None else None
 
     def log_tail(self, n: int = 60) -> str:
         if self.log_path is None or not self.log_path.exists():
