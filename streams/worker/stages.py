@@ -41,6 +41,16 @@ log = logging.getLogger("traintrace.worker")
 EVENTS_PER_BATCH = 1000
 
 
+class _ReadFirst(Exception):
+    """Raised by a stage's ``take`` before it changed anything: ``read`` (blocking) must run
+    first, then the same record is taken again. Not an error: how a stage that needs a read
+    for a record leaves the event loop free while it reads."""
+
+    def __init__(self, read: Callable[[], None]) -> None:
+        super().__init__("read first")
+        self.read = read
+
+
 def die(agent: str, exc: BaseException) -> None:
     """Crash-only: an unexpected error in an agent stops the process at once, before Faust
     acknowledges the batch, so the batch is processed again after a restart (at-least-once).
@@ -130,7 +140,11 @@ class Stage:
                 if not missing:
                     inp.position[p] = o
                 continue
-            self.take(batch, rec)
+            try:
+                self.take(batch, rec)
+            except _ReadFirst as first:  # something to read before this record: off the event loop
+                await loop.run_in_executor(None, first.read)
+                continue  # the same record again
             inp.advance(p, o)  # (in memory only: committed once the outputs are out)
             i += 1
 
@@ -175,14 +189,13 @@ class RouteStage(Stage):
     def recheck(self, rec: RawRecord, job: str) -> str | None:
         """An event of a job this worker's map has no cohort for: the cohort of the job's entry
         in ``lineage.job-cohorts`` learnt from a JobStarted before it, written by another worker
-        since this one read the map (re-read at most every RECHECK_S seconds a partition;
-        blocking, and rare: streams.worker.jobmap), or None (the job is unregistered)."""
+        since this one read the map, or None (the job is unregistered). When a re-read is due
+        (at most every RECHECK_S seconds a partition: streams.worker.jobmap) it raises
+        :class:`_ReadFirst`: the read runs in an executor and the record is taken again."""
         p = rec.partition
         at, entries = self.map_reads.get(p, (None, {}))
-        now = time.monotonic()
-        if job not in entries and (at is None or now - at >= RECHECK_S):
-            entries = read_map_entries(self.settings.kafka, self.settings.topics.job_cohorts, [p])
-            self.map_reads[p] = (now, entries)
+        if job not in entries and (at is None or time.monotonic() - at >= RECHECK_S):
+            raise _ReadFirst(functools.partial(self.read_map, p))  # then this record again
         entry = entries.get(job)
         if entry is None or (entry[1] is not None and entry[1] >= rec.offset):
             metrics.JOBMAP_RECHECKS.labels("no").inc()
@@ -194,6 +207,11 @@ class RouteStage(Stage):
                     "partition meanwhile; routed to %r", self.topic, p, rec.offset, job,
                     self.settings.topics.job_cohorts, p, cohort, entry[1], cohort)
         return cohort
+
+    def read_map(self, partition: int) -> None:
+        """Read ``partition`` of ``lineage.job-cohorts`` again (blocking: run in an executor)."""
+        entries = read_map_entries(self.settings.kafka, self.settings.topics.job_cohorts, [partition])
+        self.map_reads[partition] = (time.monotonic(), entries)
 
     async def finish(self, batch: tuple[Routed, int]) -> None:
         routed, _now = batch

@@ -53,9 +53,15 @@ def stage(monkeypatch):
 
 
 def route(stage: RouteStage, recs: list[RawRecord]) -> Routed:
+    """``take`` each record as ``Stage._in_order`` does: a read it asks for first, then again."""
     routed, now = stage.begin()
     for r in recs:
-        stage.take((routed, now), r)
+        while True:
+            try:
+                stage.take((routed, now), r)
+                break
+            except stages._ReadFirst as first:
+                first.read()
     stage.jobmap.partition = stage.jobmap.offset = None
     return routed
 
@@ -100,3 +106,24 @@ def test_a_job_started_here_is_not_looked_up_and_its_entry_names_its_offset(stag
     assert stage.jobmap.take_pending() == [("K", "c1", 2, 5)]
     assert dict(entry_headers(5))["traintrace.offset"] == b"5"
     assert jobmap._offset_of(entry_headers(5)) == 5 and jobmap._offset_of(entry_headers(None)) is None
+
+
+def test_the_stage_reads_the_map_off_the_event_loop_and_takes_the_record_again(stage):
+    """Through ``Stage._in_order``: the read runs in an executor (a broker that does not answer
+    must not stop the event loop, whose heartbeats keep the worker in its group)."""
+    import threading
+
+    stage.reads[2] = {"J": ("c1", 10)}
+    threads = []
+    real = stages.read_map_entries
+
+    def spy(*a, **kw):
+        threads.append(threading.current_thread() is threading.main_thread())
+        return real(*a, **kw)
+
+    stages.read_map_entries = spy
+    stage.input.assign(2, 11)
+    routed, now = stage.begin()
+    asyncio.run(stage._in_order([record(event("J", 1), 11), record(event("J", 2), 12)], (routed, now)))
+    assert cohorts_of(routed) == {"c1": [11, 12]} and threads == [False]
+    assert stage.input.position[2] == 13
