@@ -238,3 +238,16 @@ def test_identical_redeliveries_of_a_journal_audit_clean(cluster, kafka_bootstra
     feeder.join()
     out = check_everything(kafka_bootstrap, topics, app_id, log, 0, allow_copies=False)
     assert out["routing"].valid == len(feed)
+    # the job map's entries name the events offset of the JobStarted each was learnt from (what a
+    # router's re-read of the map goes by: streams.worker.jobmap)
+    from streams.kafka.reader import read_to_end
+    from streams.worker.jobmap import read_map_entries
+
+    started = {}
+    for m in read_to_end(kafka_bootstrap, topics.events):
+        d = CODEC.decode_event(m.value)
+        if d["type"] == "JobStarted":
+            started.setdefault(d["job_id"], (m.partition, m.offset, d["cohort_id"]))
+    for p in range(2):
+        entries = read_map_entries(kafka_bootstrap, topics.job_cohorts, [p])
+        assert entries == {job: (cohort, o) for job, (q, o, cohort) in started.items() if q == p}
