@@ -36,8 +36,12 @@ from streams.worker.errors import WorkerError
 HEADERS = [("traintrace.type", b"JobCohort"), ("content-type", b"text/plain; charset=utf-8")]
 #: the header of an entry naming the events offset of the JobStarted it was learnt from
 OFFSET_HEADER = "traintrace.offset"
-#: seconds between two re-reads of one partition of the map for jobs without a cohort
-RECHECK_S = 5.0
+#: seconds between two re-reads of one partition of the map for jobs without a cohort. The first
+#: such event after an assignment reads it at once; a router routes its partitions in order from
+#: where it started, so what it can lack is only an entry written before then, which that read
+#: finds: later reads are a second line, and a stream of events of jobs that never started (a
+#: misconfigured client) costs one read of the partition's map per period, not one an event
+RECHECK_S = 30.0
 
 
 def entry_headers(offset: int | None) -> list[tuple[str, bytes]]:
