@@ -200,6 +200,7 @@ class RouteStage(Stage):
         if entry is None or (entry[1] is not None and entry[1] >= rec.offset):
             metrics.JOBMAP_RECHECKS.labels("no").inc()
             return None
+        del entries[job]  # in the map from now on
         cohort = self.jobmap.map.setdefault(job, entry[0])
         metrics.JOBMAP_RECHECKS.labels("yes").inc()
         log.warning("%s[%d]@%d: job %r had no cohort in this worker's map, but %s[%d] has it (%r, from the "
@@ -211,7 +212,9 @@ class RouteStage(Stage):
     def read_map(self, partition: int) -> None:
         """Read ``partition`` of ``lineage.job-cohorts`` again (blocking: run in an executor)."""
         entries = read_map_entries(self.settings.kafka, self.settings.topics.job_cohorts, [partition])
-        self.map_reads[partition] = (time.monotonic(), entries)
+        known = self.jobmap.map
+        # only what the map lacks is kept: a partition's whole map is not held twice
+        self.map_reads[partition] = (time.monotonic(), {j: e for j, e in entries.items() if j not in known})
 
     async def finish(self, batch: tuple[Routed, int]) -> None:
         routed, _now = batch

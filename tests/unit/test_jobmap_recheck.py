@@ -79,6 +79,14 @@ def test_a_job_started_by_another_worker_since_the_map_was_read_is_routed_to_its
     assert "another worker routed this partition" in caplog.text
 
 
+def test_a_re_read_keeps_only_what_the_map_lacks(stage):
+    stage.jobmap.map.update({f"K{i}": "c0" for i in range(100)})
+    stage.reads[2] = {**{f"K{i}": ("c0", i) for i in range(100)}, "J": ("c1", 200)}
+    route(stage, [record(event("J", 1), 201)])
+    assert stage.map_reads[2][1] == {}  # J is in the map now, the others were
+    assert stage.jobmap.map["J"] == "c1"
+
+
 def test_an_entry_learnt_after_the_event_leaves_it_unregistered(stage):
     """The event comes before its job's JobStarted in the log: ``analyze`` routes it to the
     unregistered bucket, so does the router."""
