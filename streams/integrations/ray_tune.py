@@ -500,6 +500,13 @@ class LineagePBT(PopulationBasedTraining):
             trial.set_config(copy.deepcopy(w.config))
         state = self._trial_state[trial]
         state.last_train_time = state.last_perturbation_time = restored.step
+        if self._synch:
+            # synchronous PBT: the others wait at the next synchronisation point for this trial too,
+            # so it must stop there (PBT stops a trial once ``perturbation_interval`` has passed
+            # since its last perturbation; counted from the restored step it ran past it, and if it
+            # finished before the next one the others waited forever: a hang seen in CI)
+            state.last_perturbation_time = min(restored.step,
+                                               self._next_perturbation_sync - self._perturbation_interval)
         state.last_score, state.last_checkpoint = None, None
         job.last_result = None
         job.held_since = None if not job.client.halted else job.held_since
@@ -542,8 +549,37 @@ class LineagePBT(PopulationBasedTraining):
                 continue
             if not self._synch or self._trial_state[trial].last_train_time < self._next_perturbation_sync:
                 candidates.append(trial)
+        if not candidates and self._synch:
+            candidates = self._unstick(tune_controller)
         candidates.sort(key=lambda t: self._trial_state[t].last_train_time)
         return candidates[0] if candidates else None
+
+    def _unstick(self, tune_controller: Any) -> list[Trial]:
+        """Synchronous PBT with nothing to run: the paused trials wait at the synchronisation
+        point for a trial that can no longer reach it (it finished, failed or was stopped before
+        it). Ray's PBT would wait forever (the perturbation only runs when a trial reports at that
+        point), and so would the user's ``Tuner.fit()``: the point is passed without a perturbation
+        and they go on. Nothing is done while a trial runs, or one that may still reach the point is
+        held for the referee (the hold timeout ends that)."""
+        live = [t for t in tune_controller.get_trials() if t.status in (Trial.RUNNING, Trial.PENDING, Trial.PAUSED)]
+        if not live or any(t.status == Trial.RUNNING for t in live):
+            return []
+        sync = self._next_perturbation_sync
+        if any(self._trial_state[t].last_train_time < sync for t in live):
+            return []  # one may still get there (held, or not runnable now): not stuck
+        waiting = []
+        for t in live:
+            job = self.jobs.get(t.trial_id)
+            if job is None or not (job.client.is_finished or self._blocked(job)):
+                waiting.append(t)
+        if not waiting:
+            return []
+        self._next_perturbation_sync = max(sync, max(self._trial_state[t].last_train_time for t in live)) \
+            + self._perturbation_interval
+        log.warning("traintrace: %d trial(s) waited at PBT's synchronisation point %s for a trial that cannot reach it "
+                    "any more: passed without a perturbation (next at %s)", len(waiting), sync,
+                    self._next_perturbation_sync)
+        return waiting
 
 
 def _score(v: Any, greater_is_better: bool) -> tuple[bool, float]:

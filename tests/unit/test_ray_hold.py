@@ -49,3 +49,66 @@ def test_a_trial_held_without_a_hold_time_still_times_out(tmp_path, monkeypatch)
     now[0] += 2
     assert pbt._blocked(job) and pbt._controller.stopped == [trial]
     assert job.outcomes == ["stopped: held for more than 60 s"]
+
+
+class Live:
+    """A job client with nothing to say: neither halted nor finished."""
+
+    job_id = "job"
+    halted = False
+    is_finished = False
+    retention = None
+
+    def poll(self) -> None:
+        pass
+
+
+class Calm:
+    tripped = False
+
+
+class FakeTrial:
+    def __init__(self, trial_id: str, status: str) -> None:
+        self.trial_id, self.status = trial_id, status
+
+
+class Trials:
+    def __init__(self, trials) -> None:
+        self.trials = trials
+
+    def get_trials(self):
+        return self.trials
+
+
+def synch_pbt(tmp_path, statuses: dict[str, str], at: dict[str, int], sync: int = 3):
+    from ray.tune.experiment import Trial
+
+    pbt = LineagePBT(journal_dir=tmp_path, metric="loss", mode="min", hyperparam_mutations={"lr": [0.1]},
+                     synch=True, perturbation_interval=3, hold_timeout=60)
+    trials = {tid: FakeTrial(tid, getattr(Trial, st)) for tid, st in statuses.items()}
+    pbt._trial_state = {t: SimpleNamespace(last_train_time=at[tid]) for tid, t in trials.items()}
+    pbt.jobs = {tid: TrialJob(trial=t, client=Live(), guard=Calm()) for tid, t in trials.items()}
+    pbt._next_perturbation_sync = sync
+    return pbt, Trials(list(trials.values()))
+
+
+def test_synchronous_pbt_passes_a_point_no_trial_can_reach_any_more(tmp_path, caplog):
+    """CI: the trial the others waited for at the synchronisation point was rolled back and
+    finished before it: three trials stayed PAUSED and ``Tuner.fit()`` never returned."""
+    pbt, controller = synch_pbt(tmp_path, {"P": "TERMINATED", "A": "PAUSED", "B": "PAUSED", "C": "PAUSED"},
+                                {"P": 5, "A": 3, "B": 3, "C": 3})
+    chosen = pbt.choose_trial_to_run(controller)
+    assert chosen is not None and chosen.trial_id in {"A", "B", "C"}
+    assert pbt._next_perturbation_sync == 6 and "passed without a perturbation" in caplog.text
+
+
+@pytest.mark.parametrize("statuses, at", [
+    ({"P": "RUNNING", "A": "PAUSED"}, {"P": 2, "A": 3}),  # P is on its way to the point
+    ({"P": "PAUSED", "A": "PAUSED"}, {"P": 2, "A": 3}),  # P may run to it (chosen as usual)
+])
+def test_synchronous_pbt_waits_while_a_trial_can_still_reach_the_point(tmp_path, statuses, at):
+    pbt, controller = synch_pbt(tmp_path, statuses, at)
+    chosen = pbt.choose_trial_to_run(controller)
+    assert (chosen.trial_id if chosen else None) == ("P" if statuses["P"] == "PAUSED" else None)
+    assert pbt._next_perturbation_sync == 3
+
