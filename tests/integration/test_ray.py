@@ -99,19 +99,34 @@ def first_pass(config, ck) -> bool:
 
 
 def arrive(config, it: int) -> None:
-    """At iteration ``arrive_at`` each trial leaves a file in ``arrive_dir`` before it reports;
-    the one with ``arrive_last`` first waits for ``arrive_after`` such files and a moment more, so
-    its result is the one that completes the synchronous perturbation there."""
+    """At iteration ``arrive_at`` the trial with ``arrive_last`` waits before it reports until the
+    scheduler has taken ``arrive_after`` other trials' results there (:func:`note_arrivals` leaves
+    a file in ``arrive_dir`` for each), so its result is the one that completes the synchronous
+    perturbation. (A file left by each trial before it reported, and a second's wait, were not
+    enough on a loaded machine: its result reached the scheduler after P's.)"""
     d = config.get("arrive_dir")
-    if d is None or config.get("arrive_at") != it:
+    if d is None or config.get("arrive_at") != it or not config.get("arrive_last"):
         return
-    if not config.get("arrive_last"):
-        open(os.path.join(d, str(config["lr"])), "a").close()
-        return
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     while len(os.listdir(d)) < config["arrive_after"] and time.monotonic() < deadline:
         time.sleep(0.1)
-    time.sleep(1.0)
+    time.sleep(0.2)
+
+
+def note_arrivals(monkeypatch) -> None:
+    """The scheduler leaves a file in a trial's ``arrive_dir`` once it has taken that trial's
+    result at ``arrive_at`` (for :func:`arrive`)."""
+    taken = LineagePBT.on_trial_result
+
+    def on_trial_result(self, tune_controller, trial, result):
+        decision = taken(self, tune_controller, trial, result)
+        config = trial.config
+        if config.get("arrive_dir") and not config.get("arrive_last") \
+                and result.get("training_iteration") == config.get("arrive_at"):
+            open(os.path.join(config["arrive_dir"], str(config["lr"])), "a").close()
+        return decision
+
+    monkeypatch.setattr(LineagePBT, "on_trial_result", on_trial_result)
 
 
 @pytest.fixture(scope="module")
@@ -372,6 +387,7 @@ def test_an_exploit_of_a_tainted_checkpoint_is_refused_and_another_taken(
              "arrive_dir": str(arrived), "arrive_at": 3, "arrive_after": 3,
              "arrive_last": tune.sample_from(lambda s: s.config.lr == 0.05)}
     monkeypatch.setattr(ray_pbt, "random", _CloneFirst(lambda t: t.config.get("score") == 4.0))
+    note_arrivals(monkeypatch)
     pbt, results = run_pbt(run, tmp_path, "gate", space, perturbation_interval=3, metric="score",
                            mode="max", iters=5, quantile_fraction=0.5, loss_metric="loss", synch=True)
     assert not results.errors, results.errors
