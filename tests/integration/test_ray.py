@@ -142,14 +142,15 @@ def ray_cluster():
 
 def run_pbt(run, tmp_path, name: str, param_space: dict, perturbation_interval: int,
             metric: str = "loss", mode: str = "min", iters: int = ITERS, quantile_fraction: float = 0.25,
-            checkpoint_config=None, **lineage) -> tuple:
+            checkpoint_config=None, cpus_per_trial: float | None = None, **lineage) -> tuple:
     pbt = LineagePBT(journal_dir=tmp_path / "jobs", cohort=run.cohort, base_model="tiny-mlp",
                      client_kwargs=run.client_kwargs(), hold_timeout=120,
                      time_attr="training_iteration", perturbation_interval=perturbation_interval,
                      quantile_fraction=quantile_fraction, resample_probability=0.0,
                      hyperparam_mutations={"lr": LRS}, **lineage)
+    trainable = train_fn if cpus_per_trial is None else tune.with_resources(train_fn, {"cpu": cpus_per_trial})
     tuner = tune.Tuner(
-        train_fn, param_space={**param_space, "iters": iters},
+        trainable, param_space={**param_space, "iters": iters},
         tune_config=tune.TuneConfig(scheduler=pbt, metric=metric, mode=mode, num_samples=1,
                                     reuse_actors=True),
         run_config=tune.RunConfig(name=name, storage_path=str(tmp_path / "ray"), verbose=0,
@@ -388,8 +389,11 @@ def test_an_exploit_of_a_tainted_checkpoint_is_refused_and_another_taken(
              "arrive_last": tune.sample_from(lambda s: s.config.lr == 0.05)}
     monkeypatch.setattr(ray_pbt, "random", _CloneFirst(lambda t: t.config.get("score") == 4.0))
     note_arrivals(monkeypatch)
+    # a quarter of a CPU each: all four run at once, so the trial that waits to arrive last never
+    # keeps the others from getting there (CI once had one slot free: P waited out its deadline alone)
     pbt, results = run_pbt(run, tmp_path, "gate", space, perturbation_interval=3, metric="score",
-                           mode="max", iters=5, quantile_fraction=0.5, loss_metric="loss", synch=True)
+                           mode="max", iters=5, quantile_fraction=0.5, loss_metric="loss", synch=True,
+                           cpus_per_trial=0.25)
     assert not results.errors, results.errors
     run.settle(grace_s=1)
 
