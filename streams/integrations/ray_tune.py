@@ -499,14 +499,13 @@ class LineagePBT(PopulationBasedTraining):
                 checkpoint=Checkpoint.from_directory(w.path), metrics=dict(w.metrics))
             trial.set_config(copy.deepcopy(w.config))
         state = self._trial_state[trial]
-        state.last_train_time = state.last_perturbation_time = restored.step
-        if self._synch:
-            # synchronous PBT: the others wait at the next synchronisation point for this trial too,
-            # so it must stop there (PBT stops a trial once ``perturbation_interval`` has passed
-            # since its last perturbation; counted from the restored step it ran past it, and if it
-            # finished before the next one the others waited forever: a hang seen in CI)
-            state.last_perturbation_time = min(restored.step,
-                                               self._next_perturbation_sync - self._perturbation_interval)
+        state.last_train_time = restored.step
+        # synchronous PBT: the others wait at the next synchronisation point for this trial too, so
+        # it must stop there (PBT stops a trial once ``perturbation_interval`` has passed since its
+        # last perturbation; counted from the restored step it ran past it, and if it finished
+        # before the next one the others waited forever: a hang seen in CI)
+        state.last_perturbation_time = restored.step if not self._synch else \
+            min(restored.step, self._next_perturbation_sync - self._perturbation_interval)
         state.last_score, state.last_checkpoint = None, None
         job.last_result = None
         job.held_since = None if not job.client.halted else job.held_since
