@@ -23,11 +23,12 @@ from __future__ import annotations
 import threading
 from functools import lru_cache
 from io import BytesIO
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from fastavro import schemaless_reader, schemaless_writer
 
 from . import errors as E
+from .batch import batch_writer
 from .errors import DecodeError, EncodeError
 from .headers import RecordHeaders
 from .registry import RegistryBinding, registry_url_from_env
@@ -144,6 +145,8 @@ class Codec:
                 self._headers[name] = single_object_header(info.fingerprint)
         #: the Kafka headers of each record name and event type (streams.codec.headers)
         self.headers = RecordHeaders(self)
+        #: encode_event_batch's hand writer (None: not made yet; False: the schema is not its layout)
+        self._batch_writer: Any = None
 
     # -- encoding -------------------------------------------------------------------------------
 
@@ -160,6 +163,21 @@ class Codec:
             raise EncodeError(TYPE_KEY, f"unknown record {name!r}; expected one of {', '.join(self.record_names)}")
         datum = shape.to_avro(record)
         return self._write(self.schemas.reader(name), datum)
+
+    def encode_event_batch(self, cohort_id: str, events: Sequence[Mapping[str, Any]]) -> bytes:
+        """Encode an ``EventBatch`` of routed events (no tick): the bytes of
+        ``encode_record("EventBatch", {"cohort_id": ..., "events": ...})``, written by hand
+        (:mod:`streams.codec.batch`: five times faster) when the schema is the layout it knows."""
+        writer = self._batch_writer
+        if writer is None:
+            info = self.schemas.reader("EventBatch")
+            writer = self._batch_writer = batch_writer(info.raw, self._headers.get(info.name)
+                                                       or self.frame_header(info)) or False
+        if writer:
+            value = writer(cohort_id, events)
+            if value is not None:
+                return value
+        return self.encode_record("EventBatch", {"cohort_id": cohort_id, "events": events})
 
     def encode(self, obj: Mapping[str, Any]) -> bytes:
         """Encode an event or a record, whichever its ``"type"`` names."""
