@@ -85,6 +85,18 @@ LONGEST_FIRST = (
     "tests/integration/test_lightning_rotation.py",
     "tests/integration/test_snapshots.py",
     "tests/integration/test_wheel_install.py",
+    # then the unit files of over 3 s (a unit run: the tail of two processes is the last file)
+    "tests/unit/test_report.py",
+    "tests/unit/test_retention.py",
+    "tests/unit/test_retention_live.py",
+    "tests/unit/test_properties.py",
+    "tests/unit/test_codec.py",
+    "tests/unit/test_audit.py",
+    "tests/unit/test_public_api.py",
+    "tests/unit/test_snapshot_property.py",
+    "tests/unit/test_training.py",
+    "tests/unit/test_openlineage.py",
+    "tests/unit/test_schema_evolution.py",
 )
 
 

@@ -15,14 +15,13 @@ facet schemas are checked either way.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import pytest
-from jsonschema import Draft202012Validator
-from referencing import Registry, Resource
 
 from streams.core.events import parse_event
 from streams.openlineage import facets as F
@@ -67,7 +66,17 @@ _BASE_STANDIN = {
 }
 
 
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
+    from referencing import Registry
+
+
+@functools.lru_cache(maxsize=1)
 def registry() -> Registry:
+    """The schemas' registry, built on first use: importing jsonschema builds its format
+    checkers' grammars (1-2 s), which a unit run's other test processes need not pay."""
+    from referencing import Registry, Resource
+
     schemas = list(F.custom_schemas().values())
     if SPEC is not None:
         schemas += [json.loads((SPEC / f).read_text()) for f in SPEC_FILES]
@@ -76,11 +85,10 @@ def registry() -> Registry:
     return Registry().with_resources((s["$id"], Resource.from_contents(s)) for s in schemas)
 
 
-REGISTRY = registry()
-
-
 def _validator(ref: str) -> Draft202012Validator:
-    return Draft202012Validator({"$ref": ref}, registry=REGISTRY, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator({"$ref": ref}, registry=registry(), format_checker=Draft202012Validator.FORMAT_CHECKER)
 
 
 def facets_of(event: dict[str, Any]) -> Iterable[tuple[str, dict[str, Any]]]:
@@ -144,6 +152,8 @@ ALL = sorted(p.stem for p in SCENARIOS.glob("*.jsonl"))
 
 
 def test_custom_facet_schemas_are_schemas_and_ship_with_the_package():
+    from jsonschema import Draft202012Validator
+
     schemas = F.custom_schemas()
     assert len(schemas) == len(F.CUSTOM)
     for key, name in F.CUSTOM.items():
