@@ -72,3 +72,16 @@ def test_the_hand_off_holds_at_most_its_limit_oldest_dropped_first():
     assert len(parsed) == 3
     assert parsed.take({"partition": 0, "offset": 1, "value": b"v"}) is None
     assert parsed.take({"partition": 0, "offset": 2, "value": b"v"}) is ev
+
+
+def test_untaken_entries_are_dropped_a_quarter_at_a_time_newest_kept():
+    """Events routed for cohorts another worker folds are never taken: the oldest quarter goes
+    at once (one by one, each drop walked past every slot freed before it)."""
+    parsed = ParsedEvents(limit=100)
+    ev = parse_event({"type": "JobStarted", "job_id": "A", "seq": 0, "incarnation": 0, "ts": T0,
+                      "cohort_id": "c", "base_model": "m", "base_checkpoint_id": None, "config_hash": None})
+    for offset in range(1000):
+        parsed.put(0, offset, b"v", ev)
+        assert 75 <= len(parsed) <= 100 or offset < 100
+    assert parsed.take({"partition": 0, "offset": 999, "value": b"v"}) is ev
+    assert parsed.take({"partition": 0, "offset": 850, "value": b"v"}) is None
