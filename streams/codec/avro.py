@@ -171,8 +171,7 @@ class Codec:
         writer = self._batch_writer
         if writer is None:
             info = self.schemas.reader("EventBatch")
-            writer = self._batch_writer = batch_writer(info.raw, self._headers.get(info.name)
-                                                       or self.frame_header(info)) or False
+            writer = self._batch_writer = batch_writer(info.raw, self.frame_header(info)) or False
         if writer:
             value = writer(cohort_id, events)
             if value is not None:

@@ -70,8 +70,8 @@ class ParsedEvents:
     An entry is taken only for the very same bytes (``RoutedEvent.value``): decoding is a pure
     function of the bytes, so the event taken is the event a decode would give, and a replay
     (which has no such hand-off) folds the same. At most ``limit`` entries are held, the oldest
-    dropped first (a quarter of them at once); an entry a fold never asks for (another worker folds that cohort, a partition
-    moved) is dropped in its turn; a miss only costs the decode."""
+    dropped first (a quarter of them at once); an entry a fold never asks for (another worker
+    folds that cohort, a partition moved) is dropped in its turn; a miss only costs the decode."""
 
     __slots__ = ("limit", "_held", "hits", "misses")
 
@@ -90,7 +90,7 @@ class ParsedEvents:
         if len(held) > self.limit:
             # the oldest quarter at once, into a new dict: dropping them one by one costs a
             # walk past every slot freed at the front (next(iter()): 8 µs a put once entries go
-            # untaken, as they do for the cohorts another worker folds); so 0.1 µs a put
+            # untaken, as they do for the cohorts another worker folds); so 0.6 µs a put
             self._held = dict(islice(held.items(), max(1, self.limit // 4), None))
 
     def take(self, routed: dict[str, Any]) -> Event | None:
