@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from streams.codec import DecodeError
 from streams.core.chain import GENESIS, canonical_bytes, canonical_with_nulls, chain_hash, verify_link
 from streams.core.errors import InvalidEvent
-from streams.core.events import Event, JobStarted, parse_event
+from streams.core.events import Event, JobStarted
 from streams.core.seals import FORGED, check_seal, load_public_key
 from streams.files.archive import LogRecord
 from streams.audit.diff import first_diff
@@ -90,7 +90,7 @@ def _decode_all(a: AuditContext) -> list[Decoded]:
         if i % 5000 == 0:
             a.tick("chains", i, total)
         try:
-            ev = parse_event(a.codec.decode_event(rec.value or b""))
+            ev = a.codec.decode_event_typed(rec.value or b"")
         except (DecodeError, InvalidEvent) as exc:
             _undecodable(a, rec, exc)
             continue

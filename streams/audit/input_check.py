@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from streams.codec import Codec, DecodeError
 from streams.core.cohorts import CohortRouter
 from streams.core.errors import InvalidEvent
-from streams.core.events import Event, parse_event
+from streams.core.events import Event
 from streams.files.archive import LogRecord
 from streams.referee.input import BadBatch, read_batch
 from streams.audit.diff import first_diff
@@ -133,6 +133,6 @@ def _never_folded(a: AuditContext, routed: set[tuple[int, int]]) -> None:
 
 def _try_parse(codec: Codec, value: bytes | None) -> Event | None:
     try:
-        return parse_event(codec.decode_event(value or b""))
+        return codec.decode_event_typed(value or b"")
     except (DecodeError, InvalidEvent):
         return None

@@ -27,7 +27,7 @@ from streams.files.archive import LogRecord, read_archive
 from streams.codec import Codec, DecodeError
 from streams.core.cohorts import CohortRouter
 from streams.core.errors import InvalidEvent
-from streams.core.events import Event, parse_event
+from streams.core.events import Event
 from streams.referee.input import BadBatch, parse_routed, read_batch
 from streams.audit.errors import AuditError
 
@@ -315,7 +315,7 @@ def _from_events(log: AuditLog, codec: Codec) -> Iterator[Folded]:
     router = CohortRouter()
     for rec in log.topic("events"):
         try:
-            event = parse_event(codec.decode_event(rec.value or b""))
+            event = codec.decode_event_typed(rec.value or b"")
         except (DecodeError, InvalidEvent) as exc:
             yield Folded("", None, rec.timestamp, (rec.partition, rec.offset), rec.value, rec, str(exc))
             continue

@@ -29,6 +29,7 @@ from fastavro import schemaless_reader, schemaless_writer
 
 from . import errors as E
 from .batch import batch_writer
+from .event_reader import event_reader
 from .errors import DecodeError, EncodeError
 from .headers import RecordHeaders
 from .registry import RegistryBinding, registry_url_from_env
@@ -36,6 +37,7 @@ from .registry import registry_client as _registry_client
 from .schemas import AGENT_RECORDS, EVENT_RECORD, SchemaInfo, SchemaSet, default_schema_set
 from .shapes import TYPE_KEY, EventShape, RecordShape
 if TYPE_CHECKING:
+    from streams.core.events import Event
     from streams.records import Record
 
 from .wire import (
@@ -49,12 +51,14 @@ from .wire import (
 )
 
 _NEGATIVE_CACHE_MAX = 1024
+#: a _ReadPlan's typed reader not made yet
+_UNBUILT = object()
 
 
 class _ReadPlan:
     """How to read a body written with one writer schema."""
 
-    __slots__ = ("writer", "reader", "name", "from_avro", "label")
+    __slots__ = ("writer", "reader", "name", "from_avro", "label", "raw", "typed")
 
     def __init__(self, writer: SchemaInfo, reader: SchemaInfo, shape: EventShape | RecordShape) -> None:
         self.writer = writer.parsed
@@ -63,6 +67,11 @@ class _ReadPlan:
         self.name = reader.name
         self.from_avro = shape.from_avro
         self.label = f"{writer.name} v{writer.version}" if writer.version else f"{writer.name} (added writer)"
+        self.raw = writer.raw
+        #: the hand reader to the typed event (streams.codec.event_reader), made on first use;
+        #: only for events written with the current schema (an older writer's fields are resolved
+        #: against the reader's defaults, which only fastavro does)
+        self.typed: Any = _UNBUILT if self.reader is None and self.name == EVENT_RECORD else None
 
 
 def _as_bytes(data: Any) -> bytes:
@@ -239,6 +248,30 @@ class Codec:
                 except Exception as exc:  # noqa: BLE001
                     raise DecodeError(E.BAD_BODY, f"{plan.label} record has an unexpected shape: {exc}") from exc
         return self._decode(data, EVENT_RECORD)[1]
+
+    def decode_event_typed(self, data: bytes) -> "Event":
+        """Decode one event into its typed form: ``parse_event(decode_event(data))``, read in one
+        pass by hand (:mod:`streams.codec.event_reader`, five times faster) when it was written
+        with the current schema. Raises :class:`DecodeError` or
+        :class:`~streams.core.errors.InvalidEvent` exactly as those two do."""
+        if type(data) is bytes:
+            headers = self._event_headers
+            plan = headers.get(data[:SINGLE_OBJECT_HEADER_LEN])
+            offset = SINGLE_OBJECT_HEADER_LEN
+            if plan is None:
+                plan = headers.get(data[:CONFLUENT_HEADER_LEN])
+                offset = CONFLUENT_HEADER_LEN
+            if plan is not None:
+                read = plan.typed
+                if read is _UNBUILT:
+                    read = plan.typed = event_reader(plan.raw)
+                if read is not None:
+                    event = read(data, offset)
+                    if event is not None:
+                        return event
+        from streams.core.events import parse_event
+
+        return parse_event(self.decode_event(data))
 
     def encode_typed(self, record: "Record") -> bytes:
         """Encode a typed record (:mod:`streams.records`): the codec boundary of the types."""

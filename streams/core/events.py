@@ -278,6 +278,24 @@ def parse_event(data: Any) -> Event:
     return EVENT_TYPES[etype](**values)
 
 
+def field_plan(etype: str) -> tuple[tuple[str, Any, bool, bool, Any], ...]:
+    """What :func:`parse_event` checks of an event type, field by field in the event's order:
+    ``(name, kind, nullable, optional, value when absent)``; a kind is ``"str"``, ``"int"``,
+    ``"float"``, ``"bool"`` or the tuple of an enumerated string. For readers that check as they
+    read (:mod:`streams.codec.event_reader`)."""
+    return tuple((name, kind, nullable, optional, _DEFAULTS.get(name)) for name, kind, nullable, optional in _plan(etype))
+
+
+def nonempty_fields() -> frozenset[str]:
+    """The string fields :func:`parse_event` refuses empty."""
+    return _NONEMPTY
+
+
+def nonnegative_fields() -> frozenset[str]:
+    """The integer fields :func:`parse_event` refuses negative."""
+    return _NONNEGATIVE
+
+
 def event_type(event: Event) -> str:
     return type(event).__name__
 

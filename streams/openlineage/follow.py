@@ -21,7 +21,6 @@ from typing import Any, Callable, Iterator
 
 from streams.codec import Codec, DecodeError
 from streams.core.errors import InvalidEvent
-from streams.core.events import parse_event
 from streams.kafka.retry import retry_transient
 from streams.kafka.reader import read_range, topic_partitions
 from streams.kafka.settings import KafkaSettings
@@ -90,7 +89,7 @@ class Follower:
     def _decode(self, kind: str, msg: Any) -> tuple[str, str, Any] | None:
         try:
             if kind == "events":
-                event = parse_event(self.codec.decode_event(msg.value() or b""))
+                event = self.codec.decode_event_typed(msg.value() or b"")
                 return "event", type(event).__name__, event
             name, value = self.codec.decode_record(msg.value() or b"")
             return "record", name, typed(name, value)

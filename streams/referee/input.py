@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from streams.codec import Codec, DecodeError
 from streams.core.errors import InvalidEvent
-from streams.core.events import Event, parse_event
+from streams.core.events import Event
 from streams.errors import TraintraceError
 from streams.referee.records import Emission
 from streams.referee.referee import Referee
@@ -60,7 +60,7 @@ def parse_routed(codec: Codec, routed: dict[str, Any], parsed: "ParsedEvents | N
         event = parsed.take(routed)
         if event is not None:
             return event
-    return parse_event(codec.decode_event(routed["value"]))
+    return codec.decode_event_typed(routed["value"])
 
 
 class ParsedEvents:

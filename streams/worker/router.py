@@ -16,7 +16,6 @@ from typing import Any, Callable, MutableMapping, Sequence
 from streams.codec import Codec, DecodeError
 from streams.core.cohorts import UNREGISTERED_COHORT, CohortRouter
 from streams.core.errors import InvalidEvent
-from streams.core.events import parse_event
 from streams.referee.input import ParsedEvents
 
 
@@ -89,12 +88,10 @@ class Router:
     def route_one(self, rec: RawRecord, out: Routed, now_ms: int) -> None:
         """Decode, validate and route one record into ``out`` (never raises on bad input)."""
         try:
-            data = self.codec.decode_event(rec.value)
+            event = self.codec.decode_event_typed(rec.value)  # decode and parse_event, in one pass
         except DecodeError as exc:
             out.dead.append(dead_letter(rec, exc.reason, str(exc), now_ms))
             return
-        try:
-            event = parse_event(data)
         except InvalidEvent as exc:
             out.dead.append(dead_letter(rec, "INVALID_EVENT", str(exc), now_ms))
             return
