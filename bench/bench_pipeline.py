@@ -96,6 +96,24 @@ def raw_consume_decode(bootstrap: str, topic: str, n: int, decode=None) -> float
     return n / dt
 
 
+def stage_seconds(worker) -> dict:
+    """Seconds each stage of ``worker`` spent on its records (work) and waiting for its outputs'
+    acknowledgements (flush), and its calls, from the worker's ``traintrace_stage_seconds``."""
+    out: dict = {}
+    try:
+        text = worker.get("/metrics", timeout=5.0)
+    except Exception:  # noqa: BLE001 - a diagnostic only
+        return out
+    for line in text.splitlines():
+        if not line.startswith(("traintrace_stage_seconds_sum{", "traintrace_stage_seconds_count{")):
+            continue
+        labels = dict(kv.split("=", 1) for kv in line[line.index("{") + 1:line.index("}")].split(","))
+        key = f"{labels['stage'].strip(chr(34))}_{labels['part'].strip(chr(34))}"
+        kind = "s" if "_sum{" in line else "calls"
+        out.setdefault(key, {})[kind] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
 def folded(workers) -> float:
     total = 0.0
     for w in workers:
@@ -160,6 +178,8 @@ def throughput(bootstrap: str, args, tmp: Path) -> dict:
             time.sleep(0.2)
         catch_up = (n - f_ready) / (time.perf_counter() - t_ready)
         join_s = t_ready - t_started
+        stages = stage_seconds(workers[0]) if len(workers) == 1 else {}
+        stages_wall = time.perf_counter() - t_ready
         for i, prof in enumerate(profilers):
             path = prof.stop()
             if path is not None:
@@ -174,7 +194,7 @@ def throughput(bootstrap: str, args, tmp: Path) -> dict:
             "raw_consume_decode_per_s": raw, "fold_per_s": rate, "fold_per_s_per_worker": rate / args.workers,
             "ratio_fold_over_raw": rate / raw, "raw_consume_typed_per_s": raw_typed,
             "ratio_fold_over_raw_typed": rate / raw_typed, "catch_up_per_s": catch_up, "ratio_catch_up_over_raw": catch_up / raw,
-            "join_s": join_s}
+            "join_s": join_s, "stages": stages, "stages_wall_s": stages_wall}
 
 
 def incident_events(k: int, t0: int):
@@ -507,6 +527,10 @@ def print_report(report: dict, signing: str, title: str | None = None) -> None:
         t.add_row("catch-up: events / (partitions taken over -> all folded)",
                   f"{r['catch_up_per_s']:,.0f} events/s (/ raw {r['ratio_catch_up_over_raw']:.3f})", "")
         t.add_row("  the group's join before it", f"{r['join_s']:.1f} s", "")
+        if r.get("stages"):
+            wall = r["stages_wall_s"]
+            parts = ", ".join(f"{k.replace('_', ' ')} {v.get('s', 0) / wall:.0%}" for k, v in sorted(r["stages"].items()))
+            t.add_row("  share of the catch-up's wall time", parts, "")
     r = report["latency"]
     t.add_row("divergence -> last rollback command", f"p50 {r['p50_ms']:.0f} ms, p90 {r['p90_ms']:.0f} ms", "")
     t.add_row("  p99 / max", f"{r['p99_ms']:.0f} ms / {r['max_ms']:.0f} ms ({r['measured']} incidents)",
