@@ -104,7 +104,7 @@ CASES = {
     "retention_interval": ("2", lambda s: s.retention_interval_s, 2.0),
     "evict_idle_after": ("5", lambda s: s.evict_idle_after_s, 5.0),
     "route_feed": ("faust", lambda s: s.route_feed, "faust"),
-    "fold_feed": ("direct", lambda s: s.fold_feed, "direct"),
+    "fold_feed": ("faust", lambda s: s.fold_feed, "faust"),
     "log_origin": ("traintrace.example/prod/", lambda s: s.log_origin, "traintrace.example/prod"),
 }
 DEFAULTS = {  # what the worker makes of an option's default
