@@ -30,6 +30,7 @@ from fastavro import schemaless_reader, schemaless_writer
 from . import errors as E
 from .batch import batch_writer
 from .event_reader import event_reader
+from .record_writer import record_writer
 from .errors import DecodeError, EncodeError
 from .headers import RecordHeaders
 from .registry import RegistryBinding, registry_url_from_env
@@ -156,6 +157,8 @@ class Codec:
         self.headers = RecordHeaders(self)
         #: encode_event_batch's hand writer (None: not made yet; False: the schema is not its layout)
         self._batch_writer: Any = None
+        #: encode_record's hand writers (streams.codec.record_writer), by record name (False: none)
+        self._record_writers: dict[str, Any] = {}
 
     # -- encoding -------------------------------------------------------------------------------
 
@@ -166,7 +169,17 @@ class Codec:
 
     def encode_record(self, name: str, record: Mapping[str, Any]) -> bytes:
         """Encode one record of the agent or processor (``RollbackCommand``, ``Alert``, ...).
-        ``record`` may hold ``"type": name``."""
+        ``record`` may hold ``"type": name``. A record of plain fields is written by hand
+        (:mod:`streams.codec.record_writer`, the same bytes) when it can be without doubt."""
+        writer = self._record_writers.get(name)
+        if writer is None and name in self._shapes and name != EVENT_RECORD and name in self._headers:
+            # made once its frame header is known (on the Confluent wire: after the generic path's
+            # first write registered the schema, so an unreachable registry fails as before)
+            writer = self._record_writers[name] = record_writer(self.schemas.reader(name).raw, self._headers[name]) or False
+        if writer:
+            value = writer(record)
+            if value is not None:
+                return value
         shape = self._shapes.get(name)
         if shape is None or name == EVENT_RECORD:
             raise EncodeError(TYPE_KEY, f"unknown record {name!r}; expected one of {', '.join(self.record_names)}")
