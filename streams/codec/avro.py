@@ -242,18 +242,23 @@ class Codec:
 
     # -- decoding -------------------------------------------------------------------------------
 
+    def _event_plan(self, data: bytes) -> tuple[_ReadPlan | None, int]:
+        """The read plan of an event's frame header (the whole header is the dict key) and where
+        its body starts; (None, 0) for any other bytes."""
+        headers = self._event_headers
+        plan = headers.get(data[:SINGLE_OBJECT_HEADER_LEN])
+        if plan is not None:
+            return plan, SINGLE_OBJECT_HEADER_LEN
+        plan = headers.get(data[:CONFLUENT_HEADER_LEN])
+        return (plan, CONFLUENT_HEADER_LEN) if plan is not None else (None, 0)
+
     def decode_event(self, data: bytes) -> dict[str, Any]:
         """Decode one event into its flat dict (``hash``/``prev_hash`` present, ``None`` if
         absent). Raises :class:`DecodeError` for anything else, whatever the bytes."""
-        # Fast path: a known event frame header (the whole header is the dict key); anything
-        # else, including every error, goes through _decode, which classifies it.
-        headers = self._event_headers
+        # Fast path: a known event frame header; anything else, including every error, goes
+        # through _decode, which classifies it.
         if type(data) is bytes:
-            plan = headers.get(data[:SINGLE_OBJECT_HEADER_LEN])
-            offset = SINGLE_OBJECT_HEADER_LEN
-            if plan is None:
-                plan = headers.get(data[:CONFLUENT_HEADER_LEN])
-                offset = CONFLUENT_HEADER_LEN
+            plan, offset = self._event_plan(data)
             if plan is not None:
                 rec = self._read_body(data, offset, plan)
                 try:
@@ -268,12 +273,7 @@ class Codec:
         with the current schema. Raises :class:`DecodeError` or
         :class:`~streams.core.errors.InvalidEvent` exactly as those two do."""
         if type(data) is bytes:
-            headers = self._event_headers
-            plan = headers.get(data[:SINGLE_OBJECT_HEADER_LEN])
-            offset = SINGLE_OBJECT_HEADER_LEN
-            if plan is None:
-                plan = headers.get(data[:CONFLUENT_HEADER_LEN])
-                offset = CONFLUENT_HEADER_LEN
+            plan, offset = self._event_plan(data)
             if plan is not None:
                 read = plan.typed
                 if read is _UNBUILT:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from .codegen import varint
+
 #: the fields (name, Avro type) the writer writes, in order: those of EventBatch v9 and v10
 LAYOUT: tuple[tuple[str, Any], ...] = (
     ("cohort_id", "string"),
@@ -40,13 +42,7 @@ def _varint(n: int) -> bytes:
     """The Avro (zig-zag) varint of ``n`` >= 0."""
     if n < 64:
         return _SMALL[n]
-    n <<= 1
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+    return varint(n << 1)
 
 
 def _layout_of(raw: dict[str, Any]) -> tuple[tuple[str, Any], ...]:

@@ -24,6 +24,9 @@ from typing import Any, Callable, Mapping
 
 from streams.core.events import EVENT_TYPES, Event, field_plan, nonempty_fields, nonnegative_fields
 
+from .codegen import SourceWriter
+from .codegen import Unsupported as _Unsupported
+
 #: what the reader returns: the event, or None (read it the generic way)
 EventReader = Callable[[bytes, int], "Event | None"]
 
@@ -32,53 +35,8 @@ _FLOAT = struct.Struct("<f").unpack_from
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 
 
-class _Unsupported(Exception):
-    """The schema has a type this reader does not read."""
-
-
-_PRIMITIVES = {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
-
-
-class _Gen:
+class _Gen(SourceWriter):
     """Writes the source of one reader."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.consts: dict[str, Any] = {}
-        self.named: dict[str, Any] = {}
-
-    def const(self, value: Any) -> str:
-        name = f"C{len(self.consts)}"
-        self.consts[name] = value
-        return name
-
-    def emit(self, indent: int, line: str) -> None:
-        self.lines.append("    " * indent + line)
-
-    def resolve(self, schema: Any, namespace: str | None) -> Any:
-        if isinstance(schema, str):
-            if schema in _PRIMITIVES:
-                return schema
-            full = schema if "." in schema or namespace is None else f"{namespace}.{schema}"
-            found = self.named.get(full) or self.named.get(schema)
-            if found is None:
-                raise _Unsupported(f"unknown named type {schema!r}")
-            return found
-        if isinstance(schema, Mapping):
-            t = schema.get("type")
-            if t in _PRIMITIVES and len(set(schema) - {"type", "doc"}) == 0:
-                return t
-            if t in ("enum", "record", "fixed"):
-                name = schema["name"]
-                ns = schema.get("namespace", namespace)
-                full = name if "." in name or ns is None else f"{ns}.{name}"
-                self.named[full] = schema
-                self.named[name.rsplit(".", 1)[-1]] = schema
-                return schema
-            raise _Unsupported(f"type {t!r}")
-        if isinstance(schema, list):
-            return schema
-        raise _Unsupported(repr(schema))
 
     # -- one value ------------------------------------------------------------------------------
 
@@ -104,19 +62,13 @@ class _Gen:
         "double", "float", "boolean", ("enum", symbols) or ("null", kind) for a nullable one."""
         schema = self.resolve(schema, namespace)
         if isinstance(schema, list):
-            branches = [self.resolve(s, namespace) for s in schema]
-            if len(branches) != 2 or "null" not in branches or branches[0] == branches[1]:
-                raise _Unsupported("a union other than null and one type")
-            null_at = branches.index("null")
-            other = branches[1 - null_at]
+            null_at, other = self.nullable(schema, namespace)
             # the index is 0 or 1, one byte (zig-zag 0 or 2); anything else goes the generic way
             self.emit(ind, "b = data[pos]; pos += 1")
             self.emit(ind, f"if b == {2 * null_at}:")
             self.emit(ind + 1, f"{var} = None")
             self.emit(ind, f"elif b == {2 * (1 - null_at)}:")
             kind = self.value(ind + 1, var, other, namespace)
-            if isinstance(kind, tuple) and kind[0] == "null":
-                raise _Unsupported("nested union")
             self.emit(ind, "else:")
             self.emit(ind + 1, "return None")
             return ("null", kind)  # type: ignore[return-value]
@@ -248,16 +200,8 @@ def _build(raw: Mapping[str, Any]) -> EventReader:
     g.emit(2, "return None")
     if not supported:
         raise _Unsupported("no payload branch is read")
-    namespace_dict: dict[str, Any] = {"_new": object.__new__, "_DOUBLE": _DOUBLE, "_FLOAT": _FLOAT, **g.consts}
-    # every name the reader uses is a variable of the function that makes it (a cell, not a
-    # global lookup)
-    names = ", ".join(namespace_dict)
-    source = "\n".join([f"def make({names}):"] + ["    " + line for line in g.lines] + ["    return read"])
-    scope: dict[str, Any] = {}
-    exec(compile(source, "<traintrace event reader>", "exec"), scope)  # noqa: S102 - our own source
-    read = scope["make"](**namespace_dict)
-    read.source = source  # type: ignore[attr-defined]  # for the curious and the tests
-    return read  # type: ignore[no-any-return]
+    read = g.compile("event reader", {"_new": object.__new__, "_DOUBLE": _DOUBLE, "_FLOAT": _FLOAT})
+    return read
 
 
 def _branch(g: _Gen, ind: int, record: Mapping[str, Any], env_kinds: dict[str, Any], namespace: str | None) -> None:

@@ -21,6 +21,9 @@ import struct
 from functools import lru_cache
 from typing import Any, Callable, Mapping
 
+from .codegen import SourceWriter, varint
+from .codegen import Unsupported as _Unsupported
+
 #: what the writer returns: the record's bytes (its frame header first), or None
 RecordWriter = Callable[[Mapping[str, Any]], "bytes | None"]
 
@@ -31,65 +34,19 @@ _RANGES = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
 _MISSING = object()
 
 
-@lru_cache(maxsize=1024)  # the records of one batch share their timestamp: written once
-def _varint(n: int) -> bytes:
-    """The varint of ``n`` >= 128 (a zig-zag value)."""
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+#: the varint of a zig-zag value >= 128 (the records of one batch share their timestamp: it is
+#: written once)
+_varint = lru_cache(maxsize=1024)(varint)
 
 
-class _Unsupported(Exception):
-    """The schema has a kind this writer does not write."""
-
-
-class _Gen:
+class _Gen(SourceWriter):
     def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.consts: dict[str, Any] = {}
-        self.named: dict[str, Any] = {}
+        super().__init__()
         self.tmp = 0
-
-    def const(self, value: Any) -> str:
-        name = f"C{len(self.consts)}"
-        self.consts[name] = value
-        return name
 
     def var(self) -> str:
         self.tmp += 1
         return f"x{self.tmp}"
-
-    def emit(self, ind: int, line: str) -> None:
-        self.lines.append("    " * ind + line)
-
-    def resolve(self, schema: Any, namespace: str | None) -> Any:
-        if isinstance(schema, str):
-            if schema in ("null", "boolean", "int", "long", "float", "double", "bytes", "string"):
-                return schema
-            full = schema if "." in schema or namespace is None else f"{namespace}.{schema}"
-            found = self.named.get(full) or self.named.get(schema)
-            if found is None:
-                raise _Unsupported(f"unknown named type {schema!r}")
-            return found
-        if isinstance(schema, list):
-            return schema
-        if isinstance(schema, Mapping):
-            t = schema.get("type")
-            if t in ("boolean", "int", "long", "float", "double", "bytes", "string") and \
-                    not set(schema) - {"type", "doc"}:
-                return t
-            if t == "enum":
-                name = schema["name"]
-                ns = schema.get("namespace", namespace)
-                self.named[name if "." in name or ns is None else f"{ns}.{name}"] = schema
-                self.named[name.rsplit(".", 1)[-1]] = schema
-                return schema
-            if t == "array":
-                return schema
-        raise _Unsupported(repr(schema)[:60])
 
     def long(self, ind: int, expr: str) -> None:
         """Append the zig-zag varint of the int ``expr`` (in range)."""
@@ -100,13 +57,7 @@ class _Gen:
         """Append ``v`` written as ``schema``, or return None from the writer."""
         schema = self.resolve(schema, namespace)
         if isinstance(schema, list):
-            branches = [self.resolve(s, namespace) for s in schema]
-            if len(branches) != 2 or "null" not in branches or branches[0] == branches[1]:
-                raise _Unsupported("a union other than null and one type")
-            null_at = branches.index("null")
-            other = branches[1 - null_at]
-            if isinstance(other, list):
-                raise _Unsupported("nested union")
+            null_at, other = self.nullable(schema, namespace)
             self.emit(ind, f"if {v} is None:")
             self.emit(ind + 1, f"out.append({self.const(_SMALL[2 * null_at])})")
             self.emit(ind, "else:")
@@ -206,15 +157,9 @@ def _build(raw: Mapping[str, Any], header: bytes, type_key: str) -> RecordWriter
     g.emit(2, "return b''.join(out)")
     g.emit(1, "except Exception:  # anything unusual: the generic way says what")
     g.emit(2, "return None")
-    scope_names = {"_SMALL": _SMALL, "_varint": _varint, "_DOUBLE": _DOUBLE, "_FLOAT": _FLOAT,
-                   "_MISSING": _MISSING, **g.consts}
-    names = ", ".join(scope_names)
-    source = "\n".join([f"def make({names}):"] + ["    " + line for line in g.lines] + ["    return write"])
-    scope: dict[str, Any] = {}
-    exec(compile(source, f"<traintrace {name} writer>", "exec"), scope)  # noqa: S102 - our own source
-    write = scope["make"](**scope_names)
-    write.source = source  # type: ignore[attr-defined]
-    return write  # type: ignore[no-any-return]
+    write = g.compile(f"{name} writer", {"_SMALL": _SMALL, "_varint": _varint, "_DOUBLE": _DOUBLE,
+                                          "_FLOAT": _FLOAT, "_MISSING": _MISSING})
+    return write
 
 
 __all__ = ["RecordWriter", "record_writer"]
