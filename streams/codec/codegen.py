@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
+from .errors import CodecError
+
 PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 
 
-class Unsupported(Exception):
-    """The schema has a kind the generator does not handle (the caller makes no function)."""
+class Unsupported(CodecError):
+    """The schema has a kind the generator does not handle (the caller makes no function: it
+    never leaves the codec)."""
 
 
 def varint(u: int) -> bytes:
