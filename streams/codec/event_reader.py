@@ -1,10 +1,10 @@
 """A reader of one event body straight to its typed event, by hand (issue 27).
 
-Every event the worker routes, the audit reads and ``analyze`` folds went through two steps:
+Every event the worker routes and the audit reads from Kafka went through two steps:
 fastavro's ``schemaless_reader`` into the flat dict (6.6 µs an event), then
 :func:`~streams.core.events.parse_event`, which checks every field and builds the frozen event
 (4.5 µs). :func:`event_reader` writes, once per writer schema, one Python function that reads the
-Avro body and checks each field the way ``parse_event`` does, in one pass (about 2 µs).
+Avro body and checks each field the way ``parse_event`` does, in one pass (3.6 µs).
 
 It returns exactly what the two steps return (``tests/unit/test_event_reader.py`` holds them equal
 on generated cohorts, on random events of every type and on damaged bytes), because it takes only
@@ -224,7 +224,7 @@ def _branch(g: _Gen, ind: int, record: Mapping[str, Any], env_kinds: dict[str, A
             args.append((fname, g.const(default)))
         else:
             raise _Unsupported(f"{etype}: no field {fname}")
-    if "from_scratch" in kinds and "restored_checkpoint_id" in kinds and {"from_scratch", "restored_checkpoint_id"} <= names:
+    if {"from_scratch", "restored_checkpoint_id"} <= names & kinds.keys():
         # SPEC §4: a restart from scratch restores no checkpoint
         g.emit(ind, "if v_from_scratch and v_restored_checkpoint_id is not None:")
         g.emit(ind + 1, "return None")
