@@ -17,11 +17,18 @@ keyring come from the environment (``KAFKA_BOOTSTRAP_SERVERS``, ``TRAINTRACE_TOP
 - ``TRAINTRACE_EXAMPLE_WORKER_URL``, ``TRAINTRACE_EXAMPLE_JOURNALS``, ``TRAINTRACE_EXAMPLE_COHORT``;
 - ``TRAINTRACE_EXAMPLE_NAN_AT`` (an iteration): a NaN injected, where Tune hands results to the
   scheduler, into ``mean_accuracy`` of the first trial whose checkpoint of the iteration before
-  was exploited by another trial (the trial "reported" NaN as far as Tune and PBT can tell).
+  was exploited by another trial (the trial "reported" NaN as far as Tune and PBT can tell);
+- ``TRAINTRACE_EXAMPLE_RUNS`` (default 1): run the example again, in the same process, Ray
+  cluster and cohort, until Ray made an exploit (with ``NAN_AT``: until a NaN was injected),
+  that many times at most. The smoke test's exploits are drawn at random by its own trainable
+  (eight trials with the same ``lr``: their accuracies are noise); about one run in two makes
+  none, which a fresh cohort, worker and Ray cluster per try (~55 s each on a loaded machine)
+  made the suite's costliest wait and, at five tries, still a flake (0.45^5).
 
-Writes to ``OUT.json`` what the scheduler saw: each trial's restores, refused exploits, the
-injected trial, and where Ray's ``pbt_global.txt`` is. Exit status 0 when ``Tuner.fit()``
-returned (the example ran to its end).
+Writes to ``OUT.json`` what the scheduler of the last run saw: each trial's restores, refused
+exploits, the injected trial, where Ray's ``pbt_global.txt`` is, and the trials of the earlier
+runs (``earlier_jobs``: healthy, finished, no exploit among them but with ``NAN_AT``). Exit
+status 0 when ``Tuner.fit()`` returned (the example ran to its end).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import json
 import math
 import os
 import runpy
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -48,6 +56,7 @@ from streams.integrations.ray_tune import LineagePBT  # noqa: E402
 
 INSTANCES: list["Swapped"] = []
 NAN_AT = int(os.environ["TRAINTRACE_EXAMPLE_NAN_AT"]) if os.environ.get("TRAINTRACE_EXAMPLE_NAN_AT") else None
+RUNS = int(os.environ.get("TRAINTRACE_EXAMPLE_RUNS", "1"))
 
 
 class Swapped(LineagePBT):
@@ -111,18 +120,29 @@ def start_ray() -> None:
     ray.init = lambda *a, **k: real_init(*a, **{**k, "ignore_reinit_error": True})
 
 
+def done(pbt: "Swapped") -> bool:
+    """Whether the run did what the test needs: an exploit (with ``NAN_AT``: an injected NaN)."""
+    return pbt.injected is not None if NAN_AT is not None else pbt._num_perturbations > 0
+
+
 def main(example: str, out: str) -> int:
     spec = importlib.util.find_spec(f"ray.tune.examples.{example}")
     assert spec is not None and spec.origin, example
     start_ray()
     schedulers.PopulationBasedTraining = Swapped
-    sys.argv = [spec.origin, "--smoke-test"]
-    runpy.run_path(spec.origin, run_name="__main__")
+    results = Path(os.environ["HOME"]) / "ray_results"
+    for attempt in range(RUNS):
+        if attempt:  # the last run's experiment directory (its pbt_global.txt) out of the way
+            shutil.move(str(results), str(results.with_name(f"ray_results.run{attempt - 1}")))
+        sys.argv = [spec.origin, "--smoke-test"]
+        runpy.run_path(spec.origin, run_name="__main__")
+        if done(INSTANCES[-1]):
+            break
     pbt = INSTANCES[-1]
-    home = Path(os.environ["HOME"])
-    logs = sorted(set(glob.glob(str(home / "ray_results" / "*" / "pbt_global.txt"))))
+    logs = sorted(set(glob.glob(str(results / "*" / "pbt_global.txt"))))
     report = {
         "example": spec.origin,
+        "runs": len(INSTANCES),
         "perturbations": pbt._num_perturbations,
         "pbt_global": logs,
         "injected": pbt.injected,
@@ -131,6 +151,7 @@ def main(example: str, out: str) -> int:
                        "refused": j.refused, "exploits": j.exploits, "consumed": getattr(j, "consumed", []),
                        "outcomes": getattr(j, "outcomes", [])}
                  for tid, j in pbt.jobs.items()},
+        "earlier_jobs": sorted(tid for p in INSTANCES[:-1] for tid in p.jobs),
     }
     Path(out).write_text(json.dumps(report, indent=1))
     return 0
