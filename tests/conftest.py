@@ -70,34 +70,63 @@ def _no_settings_leak(request: pytest.FixtureRequest):
                       stacklevel=1)
 
 
-#: the files that take a minute or more (measured in a full run), longest first
+#: the files that take a quarter of a minute or more in a full run (measured, durations summed on
+#: three processes sharing two cores), longest first. Ray's examples go first and ``test_ray.py``
+#: fourth: the two share a lock (one Ray cluster at a time), and the process that runs the examples
+#: is the first with two tests left (the others run files of five or more), so it takes the
+#: fourth file next: both run on one process, one after the other, and no process waits on the lock.
 LONGEST_FIRST = (
-    "tests/faults/test_faults.py",
-    "tests/integration/test_ray_examples.py",
-    "tests/integration/test_demo_secure.py",
-    "tests/integration/test_demo.py",
-    "tests/integration/test_hf.py",
-    "tests/integration/test_ray.py",  # after the examples: the two share a lock (one Ray at a time)
-    "tests/integration/test_churn.py",
-    "tests/integration/test_cluster.py",
-    "tests/integration/test_lightning.py",
-    "tests/integration/test_hf_rotation.py",
-    "tests/integration/test_lightning_rotation.py",
-    "tests/integration/test_snapshots.py",
+    "tests/integration/test_ray_examples.py",  # 150-200 s
+    "tests/faults/test_faults.py",  # 475 s
+    "tests/integration/test_churn.py",  # 270 s
+    "tests/integration/test_ray.py",  # 370 s
+    "tests/integration/test_demo.py",  # 145 s
+    "tests/integration/test_client.py",
     "tests/integration/test_wheel_install.py",
-    # then the unit files of over 3 s (a unit run: the tail of two processes is the last file)
-    "tests/unit/test_report.py",
-    "tests/unit/test_retention.py",
+    "tests/integration/test_snapshots.py",
+    "tests/integration/test_demo_secure.py",
+    "tests/integration/test_cluster.py",
+    "tests/integration/test_audit.py",
+    "tests/integration/test_pipeline.py",
+    "tests/integration/test_prometheus_alerts.py",
+    "tests/integration/test_operators.py",
+    "tests/integration/test_lightning_rotation.py",
+    "tests/integration/test_hf_rotation.py",
+    "tests/integration/test_torch.py",
+    "tests/integration/test_secure_pipeline.py",
+    "tests/integration/test_secure.py",
+    "tests/integration/test_broker.py",
+    "tests/integration/test_ui.py",
+    "tests/integration/test_secure_refusals.py",
+    # then the unit files of over 2 s (a unit run on two processes: about 58 s of tests each,
+    # the tail is the last file's)
+    "tests/unit/test_report.py",  # 12 s
     "tests/unit/test_retention_live.py",
+    "tests/unit/test_retention.py",
     "tests/unit/test_properties.py",
-    "tests/unit/test_codec.py",
     "tests/unit/test_audit.py",
+    "tests/unit/test_codec.py",
+    "tests/unit/test_record_writer.py",
     "tests/unit/test_public_api.py",
     "tests/unit/test_snapshot_property.py",
     "tests/unit/test_training.py",
     "tests/unit/test_openlineage.py",
     "tests/unit/test_schema_evolution.py",
+    "tests/unit/test_event_reader.py",
+    "tests/unit/test_memory.py",
+    "tests/unit/test_analyze_parallel.py",
+    "tests/unit/test_audit_witnesses.py",
+    "tests/unit/test_worker_liveness.py",
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Keep the order above on several processes: pytest-xdist (3.7 on) hands out the files of
+    ``--dist loadfile`` most-tests-first unless told not to, which ran the many-test unit files
+    first and left the few-test, minutes-long integration files (Ray's examples, the faults) to
+    the end, on one process each while the others had finished (a fresh-clone run: 17 minutes)."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
