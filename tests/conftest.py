@@ -71,15 +71,13 @@ def _no_settings_leak(request: pytest.FixtureRequest):
 
 
 #: the files that take a quarter of a minute or more in a full run (measured, durations summed on
-#: three processes sharing two cores), longest first. Ray's examples go first and ``test_ray.py``
-#: fourth: the two share a lock (one Ray cluster at a time), and the process that runs the examples
-#: is the first with two tests left (the others run files of five or more), so it takes the
-#: fourth file next: both run on one process, one after the other, and no process waits on the lock.
+#: three processes sharing two cores), longest first. The two Ray files are one unit of work
+#: (:data:`SHARED_SCOPES`), first: ~8 minutes of one process while faults and churn run.
 LONGEST_FIRST = (
-    "tests/integration/test_ray_examples.py",  # 150-200 s
-    "tests/faults/test_faults.py",  # 475 s
+    "tests/integration/test_ray_examples.py",  # with test_ray.py: 400-550 s
+    "tests/integration/test_ray.py",
+    "tests/faults/test_faults.py",  # 420-475 s
     "tests/integration/test_churn.py",  # 270 s
-    "tests/integration/test_ray.py",  # 370 s
     "tests/integration/test_demo.py",  # 145 s
     "tests/integration/test_client.py",
     "tests/integration/test_wheel_install.py",
@@ -118,6 +116,30 @@ LONGEST_FIRST = (
     "tests/unit/test_audit_witnesses.py",
     "tests/unit/test_worker_liveness.py",
 )
+
+
+#: test files that ``--dist loadfile`` hands out as one unit, to one process, one after the other:
+#: the Ray tests take a lock (one Ray cluster on the machine at a time), so two processes given
+#: one file each had one of them wait on the lock, idle, for the other's minutes (289 s seen)
+SHARED_SCOPES = {
+    "tests/integration/test_ray_examples.py": "ray",
+    "tests/integration/test_ray.py": "ray",
+}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN001, ANN201 - xdist's types
+    """``--dist loadfile`` with the files of :data:`SHARED_SCOPES` as one unit each."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedScopes(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return SHARED_SCOPES.get(scope, scope)
+
+    return SharedScopes(config, log)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("ray.tune")
+from streams.integrations.errors import IntegrationError
 
-from streams.integrations.errors import IntegrationError  # noqa: E402
-from streams.integrations.ray_tune import LineagePBT  # noqa: E402
+
+@pytest.fixture(autouse=True)
+def ray_tune():
+    """Ray is imported when a test of this file runs, not when the file is collected (Ray and
+    what it brings, numpy and pandas, cost every process of a unit run 2-3 s)."""
+    pytest.importorskip("ray.tune")
 
 
 def pbt(tmp_path, metric, mode, **kw):
+    from streams.integrations.ray_tune import LineagePBT
+
     return LineagePBT(journal_dir=tmp_path, metric=metric, mode=mode, hyperparam_mutations={"lr": [0.1, 0.2]}, **kw)
 
 
