@@ -103,20 +103,13 @@ class Swapped(LineagePBT):
 
 
 def start_ray() -> None:
-    """``ray.init(num_cpus=2)`` as the example's ``--smoke-test`` asks, started here first and
-    retried: Ray gives its raylet a fixed 30 s to register, which a loaded machine can miss. The
-    example's own ``ray.init`` then joins it (``ignore_reinit_error``)."""
+    """``ray.init(num_cpus=2)`` as the example's ``--smoke-test`` asks, started here first with
+    retries (:func:`ray_env.init`); the example's own ``ray.init`` then joins it
+    (``ignore_reinit_error``)."""
     import ray
 
     real_init = ray.init
-    for attempt in range(3):
-        try:
-            real_init(num_cpus=2, include_dashboard=False)
-            break
-        except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception for it
-            if "timed out during startup" not in str(exc) or attempt == 2:
-                raise
-            ray.shutdown()
+    ray_env.init(num_cpus=2, include_dashboard=False)
     ray.init = lambda *a, **k: real_init(*a, **{**k, "ignore_reinit_error": True})
 
 

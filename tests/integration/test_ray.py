@@ -135,7 +135,7 @@ def ray_cluster():
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     with exclusive("ray"):
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        ray_env.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
         yield
         ray.shutdown()
 
