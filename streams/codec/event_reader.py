@@ -200,8 +200,7 @@ def _build(raw: Mapping[str, Any]) -> EventReader:
     g.emit(2, "return None")
     if not supported:
         raise _Unsupported("no payload branch is read")
-    read = g.compile("event reader", {"_new": object.__new__, "_DOUBLE": _DOUBLE, "_FLOAT": _FLOAT})
-    return read
+    return g.compile("event reader", {"_new": object.__new__, "_DOUBLE": _DOUBLE, "_FLOAT": _FLOAT})
 
 
 def _branch(g: _Gen, ind: int, record: Mapping[str, Any], env_kinds: dict[str, Any], namespace: str | None) -> None:

@@ -157,9 +157,8 @@ def _build(raw: Mapping[str, Any], header: bytes, type_key: str) -> RecordWriter
     g.emit(2, "return b''.join(out)")
     g.emit(1, "except Exception:  # anything unusual: the generic way says what")
     g.emit(2, "return None")
-    write = g.compile(f"{name} writer", {"_SMALL": _SMALL, "_varint": _varint, "_DOUBLE": _DOUBLE,
-                                          "_FLOAT": _FLOAT, "_MISSING": _MISSING})
-    return write
+    return g.compile(f"{name} writer", {"_SMALL": _SMALL, "_varint": _varint, "_DOUBLE": _DOUBLE,
+                                         "_FLOAT": _FLOAT, "_MISSING": _MISSING})
 
 
 __all__ = ["RecordWriter", "record_writer"]

@@ -13,14 +13,14 @@ own process (``ray_example_driver.py``) with ``PopulationBasedTraining`` swapped
   the log audits clean; ``Tuner.fit()`` returns;
 - a NaN injected into one trial's ``mean_accuracy`` at iteration 6, after another trial exploited
   its iteration-5 checkpoint (a taint margin of 1 taints it): the diverged trial and exactly the
-  trials that exploited its tainted checkpoint are rolled back, and the run finishes.
+  trials that exploited its tainted checkpoint are rolled back, and the run finishes. (Rotation
+  through the referee, SPEC §13, is ``test_ray.py``'s: this smoke test writes two checkpoints a
+  trial, too few to rotate.)
 
 Ray draws its exploits at random (the smoke test's eight trials share one ``lr``: their
 accuracies are noise; about one run in two makes none), so the driver runs the example again in
 the same process, Ray cluster and cohort until it made one (``TRAINTRACE_EXAMPLE_RUNS``); the
-checks are of the last run's trials, and the earlier runs' trials must be healthy and finished. (Rotation
-  through the referee, SPEC §13, is ``test_ray.py``'s: this smoke test writes two checkpoints a
-  trial, too few to rotate.)
+checks are of the last run's trials, and the earlier runs' trials must be healthy and finished.
 """
 
 from __future__ import annotations

@@ -9,11 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 
-@pytest.fixture(autouse=True)
-def ray_tune():
-    """Ray is imported when a test of this file runs, not when the file is collected (1.6 s in
-    every process of a unit run)."""
-    pytest.importorskip("ray.tune")
+pytestmark = pytest.mark.usefixtures("ray_tune")  # Ray imported by the tests (tests/unit/conftest.py)
 
 
 def _rt():

@@ -7,11 +7,7 @@ import pytest
 from streams.integrations.errors import IntegrationError
 
 
-@pytest.fixture(autouse=True)
-def ray_tune():
-    """Ray is imported when a test of this file runs, not when the file is collected (Ray and
-    what it brings, numpy and pandas, cost every process of a unit run 2-3 s)."""
-    pytest.importorskip("ray.tune")
+pytestmark = pytest.mark.usefixtures("ray_tune")  # Ray imported by the tests (tests/unit/conftest.py)
 
 
 def pbt(tmp_path, metric, mode, **kw):
