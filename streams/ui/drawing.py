@@ -45,10 +45,15 @@ class Drawings:
         return {"cohort_id": cohort, "svg": svg, "drawn": key, "changes": current, "error": error,
                 "stale": key != current}
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the drawing thread and wait (up to ``timeout`` s) for a drawing under way: a
+        daemon thread still inside matplotlib when the process exits crashed it (SIGSEGV,
+        SIGABRT: seen in the unit tests)."""
         with self._cond:
             self._stopped = True
             self._cond.notify()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
 
     def _loop(self) -> None:
         while True:
