@@ -16,7 +16,7 @@ from typing import Awaitable, Callable, Iterable
 
 from faust.types import TP
 
-from streams.worker import metrics
+from streams.worker import metrics, verify
 from streams.worker.gctune import rss_mb
 from streams.worker.jobmap import read_map_partitions
 from streams.worker.recovery import Takeover, group_starts
@@ -26,8 +26,9 @@ from streams.worker.stages import FoldStage, RouteStage
 
 log = logging.getLogger("traintrace.worker")
 
-#: commits offsets (Faust's consumer ``_commit``): True when they were committed
-CommitOffsets = Callable[[dict[TP, int]], Awaitable[bool]]
+#: commits offsets; returns those committed (none when the commit failed; only those of partitions in
+#: the consumer's assignment: Faust's ``_commit`` leaves the others out and still says True)
+CommitOffsets = Callable[[dict[TP, int]], Awaitable[dict[TP, int]]]
 
 
 class Assignment:
@@ -57,12 +58,12 @@ class Assignment:
                 offsets[TP(inp.topic, p)] = o
         if not offsets:
             return {}
-        if await self.commit_offsets(offsets):
+        done = await self.commit_offsets(offsets)
+        if done:
             for inp in inputs:
-                inp.committed_at({tp.partition: o for tp, o in offsets.items() if tp.topic == inp.topic})
+                inp.committed_at({tp.partition: o for tp, o in done.items() if tp.topic == inp.topic})
             metrics.COMMITS.inc()
-            return offsets
-        return {}
+        return done
 
     async def commit_processed(self) -> None:
         """The commit timer: both locks, then :meth:`commit`; then the snapshot rounds due, at
@@ -160,6 +161,11 @@ class Assignment:
             kept = self.suspended.pop(p)
             if p in starts and starts[p] == kept:
                 fold.assign(p, kept)  # back to this worker untouched: its state is current
+                if self.settings.verify_rebuilds and self.snapshots is not None:
+                    await asyncio.get_running_loop().run_in_executor(
+                        None, verify.check, self.settings, self.fold.codec,
+                        f"{self.fold.topic}[{p}] back untouched at {kept}", p, kept,
+                        lambda p=p: self.snapshots.partition_heads(p))
                 continue
             if self.snapshots is not None:
                 self.snapshots.drop_partition(p)

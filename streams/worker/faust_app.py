@@ -31,6 +31,7 @@ and rebalance signals.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import threading
@@ -104,6 +105,20 @@ def _faust_app(settings: WorkerSettings) -> faust.App:
     )
 
 
+async def commit_owned(app: faust.App, offsets: dict[TP, int]) -> dict[TP, int]:
+    """Commit ``offsets`` through Faust's consumer; returns those committed. Faust's ``_commit``
+    silently leaves out partitions not in the consumer's assignment and says True: those are left
+    out here first and logged, so a position is never taken for committed when it is not."""
+    assigned = app.consumer.assignment()
+    mine = {tp: o for tp, o in offsets.items() if tp in assigned}
+    if len(mine) < len(offsets):
+        log.warning("positions of %s not committed: not in the consumer's assignment (a rebalance under way)",
+                    sorted(f"{tp.topic}[{tp.partition}]" for tp in offsets if tp not in mine))
+    if mine and await app.consumer._commit(mine):
+        return mine
+    return {}
+
+
 def create_app(settings: WorkerSettings) -> faust.App:
     codec = Codec()
     app = _faust_app(settings)
@@ -127,7 +142,7 @@ def create_app(settings: WorkerSettings) -> faust.App:
     snapshots = SnapshotStore(settings, codec, referee, signer)  # lineage.snapshots
     assignment = Assignment(settings, route, fold,
                             Takeover(settings, codec, referee, outbox, fold.input.position, snapshots),
-                            commit_offsets=lambda offsets: app.consumer._commit(offsets), snapshots=snapshots)
+                            commit_offsets=functools.partial(commit_owned, app), snapshots=snapshots)
     stalls = StallWatch(settings, (route, fold),
                         faust_read_offset=lambda topic, p: app.consumer._read_offset.get(TP(topic, p)))
     housekeeping_ = Housekeeping(settings, codec, referee, outbox, clock, fold, snapshots.resting)

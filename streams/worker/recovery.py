@@ -19,7 +19,7 @@ from streams.codec import Codec
 from streams.kafka.reader import read_range, retry_transient
 from streams.referee.input import fold_batch
 from streams.referee.referee import Referee
-from streams.worker import metrics
+from streams.worker import metrics, verify
 from streams.worker.clock import now_ms
 from streams.worker.errors import WorkerError
 from streams.worker.gctune import release_free_memory, rss_mb
@@ -121,6 +121,11 @@ class Takeover:
                                        start, end, skip)
         position[partition] = end
         metrics.REPLAYED.inc(n)
+        if self.settings.verify_rebuilds and self.snapshots is not None:
+            await loop.run_in_executor(None, verify.check, self.settings, self.codec,
+                                       f"the takeover of {self.settings.topics.by_cohort}[{partition}] at {end} "
+                                       f"(re-folded from {start})", partition, end,
+                                       lambda: self.snapshots.partition_heads(partition))
         # publish what the rebuilt state holds and lineage.control lacks (a previous owner may
         # have committed offsets whose commands never got out)
         last_plan = await self._learn_published()

@@ -101,6 +101,11 @@ WORKER_SETTINGS: tuple[Setting, ...] = (
     Setting("--fold-feed", "TRAINTRACE_FOLD_FEED", ("direct", "faust"), "direct",
             "How the fold stage gets the records of lineage.by-cohort: direct, in batches from a consumer of its own "
             "(as --route-feed), or faust, through Faust's stream (its records are batches of events already)."),
+    Setting("--verify-rebuilds", "TRAINTRACE_VERIFY_REBUILDS", bool, False,
+            "Check every state put together from snapshots (a takeover, a partition back untouched, a cohort "
+            "back in memory, each snapshot written) against a re-fold of its partition from offset 0, job by job; "
+            "a difference is logged CRITICAL and counted. Re-reads whole partitions: for tests and "
+            "investigations [default: off]."),
     Setting("--retention-interval", "TRAINTRACE_RETENTION_INTERVAL", float, 5.0,
             "With a settle horizon: at most one retention decision per cohort this often (seconds of the input "
             "watermark), each a clock tick in the cohort's input so that replays and audits decide the same.",
@@ -193,6 +198,8 @@ class WorkerSettings:
     #: the fold stage's records, likewise (direct: ×1.1 measured once the events were read by hand,
     #: docs/benchmarks.md)
     fold_feed: str = "direct"
+    #: --verify-rebuilds (streams.worker.verify): states made from snapshots checked against a re-fold
+    verify_rebuilds: bool = False
     #: batching of the agents (Stream.take_events)
     batch_max: int = 2000
     batch_within_s: float = 0.01
@@ -270,6 +277,7 @@ class WorkerSettings:
             settle_horizon_ms=None if horizon is None else int(horizon * 1000),
             cohort_horizons_ms=cohort_horizons, retention_interval_s=values["retention_interval"],
             route_feed=values["route_feed"], fold_feed=values["fold_feed"],
+            verify_rebuilds=values["verify_rebuilds"],
         )
 
     @classmethod

@@ -34,7 +34,7 @@ from streams.codec import Codec, DecodeError
 from streams.kafka.reader import RecordReader, read_range
 from streams.referee import snapshots as images
 from streams.referee.referee import Referee
-from streams.worker import metrics
+from streams.worker import metrics, verify
 from streams.worker.clock import now_ms
 from streams.worker.errors import WorkerError
 from streams.worker.resting import RestingViews, Rows, counts_of, rows_of
@@ -88,6 +88,8 @@ class Round:
     offsets: dict[str, int] = field(default_factory=dict)  # cohort -> its record's offset
     idle: list[str] = field(default_factory=list)  # unchanged since their snapshot, nothing on the clock
     encode_s: float = 0.0
+    #: cohort -> the image written (kept only under --verify-rebuilds: streams.worker.verify)
+    images: dict[str, bytes] = field(default_factory=dict)
 
 
 class SnapshotStore:
@@ -170,7 +172,7 @@ class SnapshotStore:
                     rnd.idle.append(cohort)
                 continue
             self.quiet_since.pop(cohort, None)
-            rnd.written[cohort] = self._send_cohort(cohort, partition, covers, pos)
+            rnd.written[cohort] = self._send_cohort(cohort, partition, covers, pos, rnd)
         rnd.encode_s = time.perf_counter() - t0
         self.last_round[partition] = time.monotonic()
         return rnd
@@ -185,6 +187,12 @@ class SnapshotStore:
         self._send(ROUND_KEY, "SnapshotRound", {"partition": rnd.partition, "covers": rnd.covers, "cohorts": known,
                                                 "written": len(rnd.written), "ts": now_ms()}, rnd.partition)
         self._flush()
+        if rnd.images:
+            config = self.referee.config
+            verify.check(self.settings, self.codec, f"the snapshot round of {self.topic}[{rnd.partition}] at "
+                         f"{rnd.covers} ({len(rnd.images)} cohort(s))", rnd.partition, rnd.covers,
+                         lambda: {c: verify.heads_of(images.engine_of(config, c, b)) for c, b in rnd.images.items()},
+                         only=set(rnd.images))
 
     def settle_round(self, rnd: "Round") -> int:
         """The round is on the broker: note each cohort's snapshot, and let the settled cohorts
@@ -214,8 +222,10 @@ class SnapshotStore:
         return p if p is not None else self.out_of_memory.get(cohort)
 
     def _send_cohort(self, cohort: str, partition: int, covers: int,
-                     pos: tuple[int, int] | None) -> tuple[bool, int]:
+                     pos: tuple[int, int] | None, rnd: Round | None = None) -> tuple[bool, int]:
         encoded = images.encode(self.referee, cohort)
+        if rnd is not None and self.settings.verify_rebuilds:
+            rnd.images[cohort] = encoded
         lin = self.referee.engines[cohort]
         settled = images.settled(lin)
         record = {"cohort_id": cohort, "partition": partition, "covers": covers,
@@ -412,6 +422,11 @@ class SnapshotStore:
         if not self._restore(cohort, partition, self._read_at(cohort, partition, last.offset)):
             raise WorkerError(f"{self.topic}[{partition}]@{last.offset}, the snapshot of cohort {cohort!r}, "
                               "is refused; restart the worker to re-fold the partition")
+        if self.settings.verify_rebuilds:  # (blocking, in the fold: a diagnosis)
+            lin = self.referee.engines[cohort]
+            verify.check(self.settings, self.codec, f"cohort {cohort!r} back from its snapshot at "
+                         f"{self.topic}[{partition}]@{last.offset} (covers {last.covers})", partition, last.covers,
+                         lambda: {cohort: verify.heads_of(lin)}, only={cohort})
         del self.out_of_memory[cohort]
         self.resting.drop(cohort)
         metrics.BROUGHT_BACK.inc()
@@ -453,6 +468,19 @@ class SnapshotStore:
         if self.out_of_memory.get(cohort) == partition:  # still out of memory: keep them
             self.resting.keep_rows(cohort, rows, counts_of(lin))
         return rows
+
+    def partition_heads(self, partition: int) -> "verify.Heads":
+        """Every cohort of ``partition`` this worker holds, in memory or out of it (read from its
+        snapshot): job -> chain head (--verify-rebuilds). Blocking."""
+        referee = self.referee
+        out = {c: verify.heads_of(referee.engines[c]) for c, p in referee.partition_of.items()
+               if p == partition and c in referee.engines}
+        for cohort, p in self.out_of_memory.items():
+            last = self.latest.get(cohort)
+            if p == partition and last is not None and cohort not in out:
+                value = self._read_at(cohort, partition, last.offset)
+                out[cohort] = verify.heads_of(images.engine_of(referee.config, cohort, bytes(value["state"])))
+        return out
 
     def drop_partition(self, partition: int) -> None:
         """Forget what is known of a revoked partition's snapshots (and what the referee keeps of

@@ -91,7 +91,7 @@ def cluster(kafka_bootstrap, tmp_path):
             w = WorkerProcess(kafka_bootstrap, prefix, app_id, tmp_path / f"worker{i}", partitions,
                               extra_args=["--commit-interval", "0.2", "--grace-seconds", str(GRACE_S),
                                           "--snapshot-every", "300", "--snapshot-interval", "1",
-                                          "--loglevel", "info", *extra_args])
+                                          "--loglevel", "info", "--verify-rebuilds", *extra_args])
             made.append(w)
             return w
 
@@ -109,10 +109,40 @@ def write_log(path: Path, events: list[dict]) -> Path:
     return path
 
 
+#: what a worker's log says of its partitions: what a failed check is read against
+MOVES = ("assigned ", "rebuilt ", "snapshot(s) loaded", "were not delivered", "no progress past", "WARNING",
+         "ERROR", "CRITICAL")
+
+
+def moves(workers: list[WorkerProcess]) -> str:
+    """Each worker's log lines about its partitions (assignments, takeovers, direct reads, warnings
+    but the timers' overlaps), for a failed check."""
+    out = []
+    for i, x in enumerate(workers):
+        if x.log_path is None or not x.log_path.exists():
+            continue
+        lines = [ln for ln in x.log_path.read_text(errors="replace").splitlines()
+                 if any(k in ln for k in MOVES) and "is overlapping" not in ln and "Missing sensor" not in ln]
+        out.append(f"--- worker {i} ({x.log_path}):\n" + "\n".join(ln[:300] for ln in lines[-80:]))
+    return "\n".join(out)
+
+
 def check_everything(bootstrap: str, topics: TopicNames, app_id: str, log: Path, poison: int,
-                     allow_copies: bool, extra_dead: int = 0) -> dict:
-    """The invariants of issue 10, after the pipeline settles (a grace period's tick included)."""
-    return check_pipeline(bootstrap, topics, app_id, str(log), poison, allow_copies=allow_copies, grace_s=GRACE_S)
+                     allow_copies: bool, extra_dead: int = 0, workers: list[WorkerProcess] = ()) -> dict:
+    """The invariants of issue 10, after the pipeline settles (a grace period's tick included);
+    when one fails, the ``workers``' moves come with it."""
+    try:
+        out = check_pipeline(bootstrap, topics, app_id, str(log), poison, allow_copies=allow_copies,
+                             grace_s=GRACE_S)
+    except AssertionError as exc:
+        if not workers:
+            raise
+        raise AssertionError(f"{exc}\n{moves(list(workers))}") from exc
+    # every state a worker made from snapshots equalled a re-fold of its partition (--verify-rebuilds)
+    differs = [ln for x in workers if x.log_path is not None and x.log_path.exists()
+               for ln in x.log_path.read_text(errors="replace").splitlines() if "differs from a re-fold" in ln]
+    assert not differs, "\n".join(differs[:5]) + "\n" + moves(list(workers))
+    return out
 
 
 @pytest.mark.parametrize("sealed", [False, True], ids=["plain", "sealed"])
@@ -153,7 +183,7 @@ def test_churn_workers_join_leave_and_die_while_events_flow(cluster, kafka_boots
     assert not feeder.errors, feeder.errors[:3]
     for x in (w[0], w[1], w[3]):
         assert x.alive(), x.log_tail()
-    check_everything(kafka_bootstrap, topics, app_id, log, feeder.poison, allow_copies=True)
+    check_everything(kafka_bootstrap, topics, app_id, log, feeder.poison, allow_copies=True, workers=w)
 
 
 def test_clean_rebalances_route_every_event_exactly_once(cluster, kafka_bootstrap, tmp_path):
@@ -179,7 +209,7 @@ def test_clean_rebalances_route_every_event_exactly_once(cluster, kafka_bootstra
     time.sleep(2)
     w[0].start().wait_ready()
     feeder.join()
-    check_everything(kafka_bootstrap, topics, app_id, log, feeder.poison, allow_copies=False)
+    check_everything(kafka_bootstrap, topics, app_id, log, feeder.poison, allow_copies=False, workers=w)
     # a clean stop while events flow is not a crash: exit status 0, nothing critical logged (the
     # direct feed's consumer was closed under it: every SIGTERM exited 70 after a CRITICAL line)
     assert stopped == [0, 0], stopped
@@ -209,7 +239,7 @@ def test_a_long_processor_outage_halts_no_healthy_job(cluster, kafka_bootstrap, 
     time.sleep(24)
     w[1].start().wait_ready()
     feeder.join()
-    out = check_everything(kafka_bootstrap, topics, app_id, log, feeder.poison, allow_copies=True)
+    out = check_everything(kafka_bootstrap, topics, app_id, log, feeder.poison, allow_copies=True, workers=w)
     assert not [h for h in out["offline"]["halts"] if h["reason"] == "UNTRACEABLE_SOURCE"]
 
 

@@ -45,6 +45,7 @@ EXPECTED = {
     "traintrace_stage_batch_records": "histogram",
     "traintrace_stage_seconds": "histogram",
     "traintrace_snapshots_refused_total": "counter",
+    "traintrace_rebuild_mismatches_total": "counter",
     "traintrace_cohorts_left_memory_total": "counter",
     "traintrace_cohorts_brought_back_total": "counter",
     "traintrace_control_unverified_total": "counter",
