@@ -29,6 +29,7 @@ from streams.referee.records import Emission
 from streams.referee.referee import Referee
 from streams.worker import metrics
 from streams.worker.clock import now_ms
+from streams.worker.errors import WorkerError
 from streams.worker.jobmap import RECHECK_S, JobCohortMap, entry_headers, read_map_entries
 from streams.worker.outbox import Outbox
 from streams.worker.positions import InputPartitions, Arrival
@@ -63,14 +64,32 @@ def die(agent: str, exc: BaseException) -> None:
     os._exit(70)
 
 
+#: reads of a range before a record that came back with nothing and short of the record: then the
+#: stage gives up (the worker exits to be restarted) rather than step over records it never saw
+GAP_READS = 5
+#: seconds before the next of those reads, times the reads so far
+GAP_BACKOFF_S = 0.2
+
+
+class ShortRead(WorkerError):
+    """A direct read ended before the offset it was asked for, with nothing read."""
+
+
 def read_records(settings: WorkerSettings, topic: str, partition: int, start: int, end: int) -> list[RawRecord]:
     """The records of ``topic[partition]`` at offsets [start, end), read directly: records a
     worker owns but Faust did not deliver (its fetcher resumed past them after a rebalance and
-    dropped the re-fetched ones) are processed from here, in order. Timestamps in ms."""
+    dropped the re-fetched ones) are processed from here, in order. Timestamps in ms. Raises
+    :class:`ShortRead` when the read ended (the partition's end as the read saw it) short of
+    ``end`` with nothing read: a gap is stepped over only when the read reached ``end`` and found
+    no record there (a compacted or transactional log), never because a read came back early."""
     if end <= start:
         return []
-    return [RawRecord(topic, partition, msg.offset(), msg.key(), msg.value(), msg.timestamp()[1], msg.headers())
-            for msg in read_range(settings.kafka, topic, {partition: (start, end)}, timeout=60.0)]
+    complete: set[int] = set()
+    out = [RawRecord(topic, partition, msg.offset(), msg.key(), msg.value(), msg.timestamp()[1], msg.headers())
+           for msg in read_range(settings.kafka, topic, {partition: (start, end)}, timeout=60.0, complete=complete)]
+    if not out and partition not in complete:
+        raise ShortRead(f"{topic}[{partition}]: a read of offsets {start}..{end - 1} ended with nothing read")
+    return out
 
 
 def faust_record(e) -> RawRecord:
@@ -132,12 +151,14 @@ class Stage:
                 continue
             if verdict is Arrival.GAP:
                 pos = inp.position[p]
-                missing = await loop.run_in_executor(None, read_records, self.settings, self.topic, p, pos, o)
-                metrics.DIRECT_READS.inc()
                 log.info("%s[%d]: offsets %d..%d were not delivered: %s them from the topic",
                          self.topic, p, pos, o - 1, self.verb)
-                queue[i:i] = missing  # in order, before this record (a real gap in the log: none)
-                if not missing:
+                missing = await self._read_gap(p, pos, o)
+                metrics.DIRECT_READS.inc()
+                queue[i:i] = missing  # in order, before this record
+                if not missing:  # a read that reached the record and found none before it: a real gap
+                    log.warning("%s[%d]: no record at offsets %d..%d (a gap in the log): stepped over",
+                                self.topic, p, pos, o - 1)
                     inp.position[p] = o
                 continue
             try:
@@ -147,6 +168,20 @@ class Stage:
                 continue  # the same record again
             inp.advance(p, o)  # (in memory only: committed once the outputs are out)
             i += 1
+
+    async def _read_gap(self, p: int, pos: int, o: int) -> list[RawRecord]:
+        """The records of partition ``p`` at [pos, o), read from the topic; a read that comes back
+        short with nothing is tried again (up to :data:`GAP_READS` times, then it raises)."""
+        loop = asyncio.get_running_loop()
+        for attempt in range(1, GAP_READS + 1):
+            try:
+                return await loop.run_in_executor(None, read_records, self.settings, self.topic, p, pos, o)
+            except ShortRead as exc:
+                if attempt == GAP_READS:
+                    raise
+                log.warning("%s (try %d of %d): reading again", exc, attempt, GAP_READS)
+                await asyncio.sleep(GAP_BACKOFF_S * attempt)
+        return []  # (not reached)
 
     def begin(self) -> Any:
         """What the records of one call collect."""
@@ -368,7 +403,7 @@ class StallWatch:
         try:
             records = await loop.run_in_executor(None, read_records, self.settings, topic, p, pos,
                                                  min(high, pos + self.max_records))
-        except ReaderError as exc:  # likewise: the next pass reads them
+        except (ReaderError, ShortRead) as exc:  # likewise: the next pass reads them
             log.warning("%s[%d]: could not read the waiting records (%s): next pass", topic, p, exc)
             return
         log.info("%s[%d]: no progress past %d with %d record(s) waiting: processing them from the topic",

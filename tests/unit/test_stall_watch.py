@@ -78,3 +78,69 @@ def test_nothing_waiting_is_no_stall(monkeypatch):
     w, stage, _ = watch(monkeypatch, high=5, position=5, faust_read=None)
     passes(w, 2 * StallWatch.fetch_stall_passes)
     assert stage.processed == []
+
+
+class Taking(stages.Stage):
+    """A stage that only records what it takes."""
+
+    def __init__(self) -> None:
+        super().__init__(SimpleNamespace(), "lineage.by-cohort", None, None, asyncio.Lock())
+        self.taken: list[int] = []
+
+    def begin(self):
+        return None
+
+    def take(self, batch, rec) -> None:
+        self.taken.append(rec.offset)
+
+    async def finish(self, batch) -> None:
+        pass
+
+
+def rec(offset: int) -> stages.RawRecord:
+    return stages.RawRecord("lineage.by-cohort", 0, offset, b"k", b"v")
+
+
+def test_records_before_a_gap_are_read_and_a_short_read_is_tried_again(monkeypatch):
+    """A record past the position: what lies before it is read from the topic first. A read
+    that comes back early with nothing is read again, never stepped over (records the stage never
+    saw would be lost)."""
+    calls = []
+
+    def read(_s, _t, _p, start, end):
+        calls.append((start, end))
+        if len(calls) == 1:
+            raise stages.ShortRead("came back early")
+        return [rec(o) for o in range(start, end)]
+
+    monkeypatch.setattr(stages, "read_records", read)
+    monkeypatch.setattr(stages, "GAP_BACKOFF_S", 0.0)
+    st = Taking()
+    st.input.assign(0, 3)
+    asyncio.run(st.process([rec(6), rec(7)]))
+    assert calls == [(3, 6), (3, 6)]
+    assert st.taken == [3, 4, 5, 6, 7]
+    assert st.input.position[0] == 8
+
+
+def test_a_read_that_keeps_coming_back_short_stops_the_stage(monkeypatch):
+    def read(_s, _t, _p, start, end):
+        raise stages.ShortRead("came back early")
+
+    monkeypatch.setattr(stages, "read_records", read)
+    monkeypatch.setattr(stages, "GAP_BACKOFF_S", 0.0)
+    st = Taking()
+    st.input.assign(0, 3)
+    with pytest.raises(stages.ShortRead):
+        asyncio.run(st.process([rec(6)]))
+    assert st.taken == [] and st.input.position[0] == 3
+
+
+def test_a_real_gap_is_stepped_over(monkeypatch):
+    """A read that reached the record and found nothing before it (a compacted or transactional
+    log): the position moves to the record."""
+    monkeypatch.setattr(stages, "read_records", lambda *_a: [])
+    st = Taking()
+    st.input.assign(0, 3)
+    asyncio.run(st.process([rec(6)]))
+    assert st.taken == [6] and st.input.position[0] == 7
