@@ -118,6 +118,10 @@ class Assignment:
         topics, fold = self.settings.topics, self.fold.input
         async with self.route.lock, self.fold.lock:
             await self.commit(set(revoked))
+            if self.snapshots is not None and any(tp.topic == topics.by_cohort for tp in revoked):
+                # a round's cohort snapshots are handed to the producer under the fold's lock: they are
+                # written before the next owner starts (streams.worker.snapshots.deliver_pending)
+                await asyncio.get_running_loop().run_in_executor(None, self.snapshots.deliver_pending)
             for tp in revoked:
                 if tp.topic == topics.by_cohort and tp.partition in fold.owned:
                     fold.revoke(tp.partition)

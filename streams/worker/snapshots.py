@@ -48,6 +48,8 @@ REWRITE_FACTOR = 2
 COHORT_PREFIX = b"c:"
 #: the largest snapshot record the worker writes (the topic's max.message.bytes)
 MAX_RECORD = 64 * 1024 * 1024
+#: seconds a revoke waits for the snapshot records in flight (SnapshotStore.deliver_pending)
+REVOKE_FLUSH_S = 10.0
 
 
 def round_is_due(folded: int, rewritten: int, freed: int) -> bool:
@@ -301,6 +303,20 @@ class SnapshotStore:
         if remaining or self._errors:
             errors, self._errors = self._errors, []
             raise WorkerError(f"snapshots to {self.topic} not delivered ({remaining} pending): {errors[:3]}")
+
+    def deliver_pending(self, timeout: float = REVOKE_FLUSH_S) -> int:
+        """Wait (at most ``timeout`` s) for every snapshot record handed to the producer to be
+        written; returns how many are still pending. Called when partitions are revoked, before the
+        next owner may start: a cohort snapshot this worker encoded must not land after the next
+        owner's snapshot of that cohort, or compaction, which keeps the last record written per key,
+        could keep this older one while the next owner's rounds count on its newer one."""
+        if self._producer is None:
+            return 0
+        remaining = self._producer.flush(timeout)
+        if remaining:
+            log.warning("%d snapshot record(s) still not written %.0f s after a revoke: should they land after the "
+                        "next owner's, compaction could keep them in place of newer ones", remaining, timeout)
+        return remaining
 
     def close(self) -> None:
         if self._producer is not None:
