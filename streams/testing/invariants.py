@@ -3,6 +3,9 @@
 Checked record by record against the topics (not by totals), so a test names the event that
 went wrong. Used by the churn, outage and kill tests (and the fault suite):
 
+- :func:`log_differences` / :func:`assert_log_on_topic`: ``lineage.events`` holds every event of the
+  log the test fed (each job's in the log's order): otherwise the live pipeline folded other input
+  than the offline fold it is compared with (a produce that failed), whatever the workers did;
 - :func:`routing_report` / :func:`assert_routed_once_in_order`: every valid record of
   ``lineage.events`` reaches ``lineage.by-cohort`` (its first copy in the job's own order),
   nothing else does, and re-routed copies are byte-identical;
@@ -84,6 +87,56 @@ def _events_log(bootstrap: str, topics: TopicNames) -> tuple[dict[tuple[int, int
             cohort_of.setdefault(ev.job_id, ev.cohort_id)
         valid[(m.partition, m.offset)] = (m.value, ev.job_id, ev.seq, cohort_of.get(ev.job_id, UNREGISTERED_COHORT))
     return valid, invalid
+
+
+def log_differences(bootstrap: str, topics: TopicNames, log: str) -> list[str]:
+    """Where ``lineage.events`` does not hold the events of the JSON-lines ``log`` (what the test
+    fed): :func:`seq_differences` of each job's seqs in the log and on the topic (offset order).
+    Empty when they agree."""
+    import json
+
+    want: dict[str, list[int]] = defaultdict(list)
+    with open(log, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                d = json.loads(line)
+                want[d["job_id"]].append(d["seq"])
+    valid, _invalid = _events_log(bootstrap, topics)
+    got: dict[str, list[int]] = defaultdict(list)
+    for origin in sorted(valid):
+        _v, job, seq, _cohort = valid[origin]
+        got[job].append(seq)
+    return seq_differences(want, got)
+
+
+def seq_differences(want: dict[str, list[int]], got: dict[str, list[int]]) -> list[str]:
+    """Per job, where the seqs ``got`` (on the topic) differ from those ``want`` (the log): seqs
+    missing, seqs extra, or the same seqs in another order; repeated seqs count once (an
+    identical redelivery)."""
+    out = []
+    for job in sorted(set(want) | set(got)):
+        w, g = list(dict.fromkeys(want.get(job, []))), list(dict.fromkeys(got.get(job, [])))
+        if w == g:
+            continue
+        missing = [s for s in w if s not in set(g)]
+        extra = [s for s in g if s not in set(w)]
+        words = []
+        if missing:
+            words.append(f"seqs {missing[:6]} of the log not on the topic")
+        if extra:
+            words.append(f"seqs {extra[:6]} on the topic not in the log")
+        if not words:
+            words.append(f"in another order (topic {g[:8]}, log {w[:8]})")
+        out.append(f"{job}: {', '.join(words)}")
+    return out
+
+
+def assert_log_on_topic(bootstrap: str, topics: TopicNames, log: str) -> None:
+    """``lineage.events`` holds the log the test fed, each job's events in its order: said first,
+    since a live-vs-offline difference means nothing about the workers otherwise."""
+    diff = log_differences(bootstrap, topics, log)
+    assert not diff, (f"{topics.events} does not hold the events the test fed ({len(diff)} job(s)): "
+                      f"{'; '.join(diff[:6])}")
 
 
 def routing_report(bootstrap: str, topics: TopicNames) -> RoutingReport:
@@ -245,10 +298,10 @@ def check_pipeline(bootstrap: str, topics: TopicNames, app_id: str, log: str, po
     """Every invariant above, once the pipeline has settled: the group's committed offsets reach
     the end of both inputs (:func:`~streams.devtools.worker_process.wait_quiescent`, again after a grace
     period ``grace_s`` whose tick may still be running, when a consumption names a checkpoint no event
-    writes: :func:`every_source_written`), every valid event routed once and in
-    order, the DLQ exactly the ``poison`` records, live equals ``analyze`` of the events file
-    ``log``, no command id with two contents, and ``audit`` of the topics passes (snapshots
-    included). Returns what was measured."""
+    writes: :func:`every_source_written`), the events topic holding the events file ``log``
+    (:func:`assert_log_on_topic`), every valid event routed once and in order, the DLQ exactly
+    the ``poison`` records, live equals ``analyze`` of ``log``, no command id with two contents,
+    and ``audit`` of the topics passes (snapshots included). Returns what was measured."""
     import time
 
     from streams.audit.analyze import analyze_file
@@ -264,6 +317,7 @@ def check_pipeline(bootstrap: str, topics: TopicNames, app_id: str, log: str, po
         # pipeline is quiescent every CheckpointWritten is folded, and nothing is unresolved)
         time.sleep(grace_s + 1)
         wait_quiescent(bootstrap, app_id, topics, timeout=60)
+    assert_log_on_topic(bootstrap, topics, log)
     routing = assert_routed_once_in_order(bootstrap, topics, allow_copies=allow_copies)
     assert len(routing.invalid) == poison, (len(routing.invalid), poison)
     dead = dlq_origins(bootstrap, topics)
