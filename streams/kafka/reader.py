@@ -46,6 +46,10 @@ from streams.kafka.errors import (
 
 #: How long to wait for the broker's metadata before saying it cannot be reached.
 CONNECT_TIMEOUT = 10.0
+#: seconds "all brokers down" must stand, with no sign of a wrong security.protocol in the client's
+#: log, before a read says the broker cannot be reached (CI: a TLS client at a SASL_SSL listener was
+#: told "0/2 brokers are down": the log line that tells the mismatch came after that error)
+DOWN_GRACE_S = 2.0
 
 
 class ReaderError(KafkaAdapterError):
@@ -182,6 +186,7 @@ def _partitions(c: _Consumer, bootstrap: str, topic: str, timeout: float) -> lis
     """The topic's partitions; fails fast when every broker refuses the connection."""
     consumer = c.consumer
     deadline = time.monotonic() + timeout
+    down_since: float | None = None
     while True:
         try:
             md = consumer.list_topics(topic=topic,  # retried: this loop, until the deadline
@@ -193,9 +198,16 @@ def _partitions(c: _Consumer, bootstrap: str, topic: str, timeout: float) -> lis
             if time.monotonic() >= deadline and c.watch.suspect is not None:
                 raise _as_read_error(c.watch.suspect) from exc
             # every broker down: unless the connections failed as a wrong security.protocol
-            # does, which the next rounds confirm (ErrorWatch.MISMATCH_REPEATS)
+            # does, which the next rounds confirm (ErrorWatch.MISMATCH_REPEATS); the log line
+            # that says so may come after the "brokers are down" error, so that is believed once it
+            # has stood DOWN_GRACE_S with no such line
             if c.down is not None and c.watch.suspect is None:
-                raise BrokerUnreachable(f"cannot reach Kafka at {bootstrap}: {c.down}") from exc
+                if down_since is None:
+                    down_since = time.monotonic()
+                if time.monotonic() - down_since >= DOWN_GRACE_S:
+                    raise BrokerUnreachable(f"cannot reach Kafka at {bootstrap}: {c.down}") from exc
+            else:
+                down_since = None
             if time.monotonic() >= deadline:
                 raise BrokerUnreachable(f"cannot reach Kafka at {bootstrap}: {c.down or _text(exc)}") from exc
     meta = md.topics.get(topic)
