@@ -67,6 +67,10 @@ class RoutingReport:
                 f"({len(self.miscohorted)}), cohorts in two partitions {sorted(self.split.items())[:5]}")
 
 
+#: the valid records of lineage.events by origin (value, job, seq, cohort), and the origins of the invalid
+EventsLog = tuple[dict[tuple[int, int], tuple[bytes, str, int, str]], list[tuple[int, int]]]
+
+
 def _events_log(bootstrap: str, topics: TopicNames) -> tuple[dict[tuple[int, int], tuple[bytes, str, int, str]],
                                                              list[tuple[int, int]]]:
     """The valid records of ``lineage.events`` by origin: (value, job, seq, the cohort it must
@@ -89,7 +93,7 @@ def _events_log(bootstrap: str, topics: TopicNames) -> tuple[dict[tuple[int, int
     return valid, invalid
 
 
-def log_differences(bootstrap: str, topics: TopicNames, log: str) -> list[str]:
+def log_differences(bootstrap: str, topics: TopicNames, log: str, events: EventsLog | None = None) -> list[str]:
     """Where ``lineage.events`` does not hold the events of the JSON-lines ``log`` (what the test
     fed): :func:`seq_differences` of each job's seqs in the log and on the topic (offset order).
     Empty when they agree."""
@@ -101,7 +105,7 @@ def log_differences(bootstrap: str, topics: TopicNames, log: str) -> list[str]:
             if line.strip():
                 d = json.loads(line)
                 want[d["job_id"]].append(d["seq"])
-    valid, _invalid = _events_log(bootstrap, topics)
+    valid, _invalid = events if events is not None else _events_log(bootstrap, topics)
     got: dict[str, list[int]] = defaultdict(list)
     for origin in sorted(valid):
         _v, job, seq, _cohort = valid[origin]
@@ -131,16 +135,17 @@ def seq_differences(want: dict[str, list[int]], got: dict[str, list[int]]) -> li
     return out
 
 
-def assert_log_on_topic(bootstrap: str, topics: TopicNames, log: str) -> None:
+def assert_log_on_topic(bootstrap: str, topics: TopicNames, log: str, events: EventsLog | None = None) -> None:
     """``lineage.events`` holds the log the test fed, each job's events in its order: said first,
     since a live-vs-offline difference means nothing about the workers otherwise."""
-    diff = log_differences(bootstrap, topics, log)
+    diff = log_differences(bootstrap, topics, log, events)
     assert not diff, (f"{topics.events} does not hold the events the test fed ({len(diff)} job(s)): "
                       f"{'; '.join(diff[:6])}")
 
 
-def routing_report(bootstrap: str, topics: TopicNames) -> RoutingReport:
-    valid, invalid = _events_log(bootstrap, topics)
+def routing_report(bootstrap: str, topics: TopicNames, events: EventsLog | None = None) -> RoutingReport:
+    """How ``lineage.events`` (``events``: as :func:`_events_log` read it already) was routed."""
+    valid, invalid = events if events is not None else _events_log(bootstrap, topics)
     rep = RoutingReport(valid=len(valid), invalid=invalid)
     first: dict[tuple[int, int], int] = {}  # origin -> position of its first routed copy
     seen_order: dict[str, list[tuple[int, int]]] = defaultdict(list)
@@ -184,10 +189,11 @@ def routing_report(bootstrap: str, topics: TopicNames) -> RoutingReport:
     return rep
 
 
-def assert_routed_once_in_order(bootstrap: str, topics: TopicNames, allow_copies: bool = True) -> RoutingReport:
+def assert_routed_once_in_order(bootstrap: str, topics: TopicNames, allow_copies: bool = True,
+                                events: EventsLog | None = None) -> RoutingReport:
     """Every valid event routed, first copies in each job's order, copies identical; with
     ``allow_copies`` False (no worker was killed) not even a re-routed copy."""
-    rep = routing_report(bootstrap, topics)
+    rep = routing_report(bootstrap, topics, events)
     assert rep.ok, rep.describe()
     if not allow_copies:
         assert rep.duplicates == 0, rep.describe()
@@ -317,8 +323,9 @@ def check_pipeline(bootstrap: str, topics: TopicNames, app_id: str, log: str, po
         # pipeline is quiescent every CheckpointWritten is folded, and nothing is unresolved)
         time.sleep(grace_s + 1)
         wait_quiescent(bootstrap, app_id, topics, timeout=60)
-    assert_log_on_topic(bootstrap, topics, log)
-    routing = assert_routed_once_in_order(bootstrap, topics, allow_copies=allow_copies)
+    events = _events_log(bootstrap, topics)  # read once for both checks
+    assert_log_on_topic(bootstrap, topics, log, events)
+    routing = assert_routed_once_in_order(bootstrap, topics, allow_copies=allow_copies, events=events)
     assert len(routing.invalid) == poison, (len(routing.invalid), poison)
     dead = dlq_origins(bootstrap, topics)
     assert {(p, o) for (_t, p, o) in dead} == set(routing.invalid), (
