@@ -19,12 +19,9 @@ from typing import Any, Callable
 
 from streams.codec import Codec
 from streams.core.commitment import heads
-from streams.kafka.reader import read_range
-from streams.referee.input import fold_batch
 from streams.referee.referee import Referee
 from streams.worker import metrics
-from streams.worker.errors import WorkerError
-from streams.worker.settings import TAKEOVER_PATIENCE_S, WorkerSettings
+from streams.worker.settings import WorkerSettings
 
 log = logging.getLogger("traintrace.worker")
 
@@ -37,15 +34,12 @@ def heads_of(lin: Any) -> dict[str, tuple[int, str]]:
 
 
 def refold(settings: WorkerSettings, codec: Codec, partition: int, end: int) -> Heads:
-    """The chain heads of every cohort of ``partition`` folded from offset 0 to ``end`` (blocking)."""
+    """The chain heads of every cohort of ``partition`` folded from offset 0 to ``end`` (blocking),
+    by the takeover's own replay (into a referee of its own)."""
+    from streams.worker.recovery import replay_partition  # (recovery calls this module)
+
     scratch = Referee(settings.core)
-    complete: set[int] = set()
-    if end > 0:
-        for msg in read_range(settings.kafka, settings.topics.by_cohort, {partition: (0, end)},
-                              timeout=TAKEOVER_PATIENCE_S, complete=complete):
-            fold_batch(codec, scratch, msg.value(), partition, msg.offset(), msg.timestamp()[1], publish=False)
-        if partition not in complete:
-            raise WorkerError(f"{settings.topics.by_cohort}[{partition}] could not be read to {end}")
+    replay_partition(settings, codec, scratch, partition, 0, end)
     return {c: heads_of(lin) for c, lin in scratch.engines.items()}
 
 
