@@ -228,7 +228,10 @@ def test_num_to_keep_rotates_through_the_referee_and_keeps_the_target(ray_cluste
     its iteration-7 checkpoint, which the rotation kept, and restores it with no substitution."""
     torch.set_num_threads(1)
     run = lineage_cohort(extra_args=["--settle-horizon", "1", "--retention-interval", "0.2"])
-    iters = 10
+    # 14 iterations: the rolled-back trial trains 6 more after its rollback (2.4 s of pace), time
+    # for the worker's notices to list its older checkpoints on a loaded machine (10 were too few
+    # once in a fresh-clone CI run: it finished with nothing pruned)
+    iters = 14
     space = {"lr": tune.grid_search(LRS[1:3]), "pace": 0.4,
              "lr_spike_at": tune.sample_from(lambda s: 8 if s.config.lr == LRS[2] else None)}
     pbt, results = run_pbt(run, tmp_path, "rotation", space, perturbation_interval=100, iters=iters,
