@@ -33,11 +33,15 @@ for workers without snapshots (``--snapshot-every 0``) and with the default ones
 (``--log-origin none``) and with them (the default): the cost of issue 28's checkpoints (goal:
 <= 5 %).
 
+``--stages split`` runs each worker as two processes, ``traintrace worker --stages route`` and
+``--stages fold`` (docs/pipeline.md): the two stages on a core each; ``--stages compare``
+alternates, throughput only, ``--rounds`` runs of all-stage workers and of split ones.
+
 ``--cluster compare`` runs 1 and 2 on a local single node, then on a local three-node cluster
 (``traintrace broker start --nodes 3``: topics replicated 3 times, ``min.insync.replicas`` 2,
 every producer ``acks=all``), in the same run, and prints both.
 
-Usage: python bench/bench_pipeline.py [--events 200000] [--workers 1] [--partitions 4]
+Usage: python bench/bench_pipeline.py [--events 200000] [--workers 1] [--partitions 4] [--stages all|split|compare]
                                       [--signing off|on|compare|alternate] [--seals off|on|compare]
                                       [--rounds 2] [--cluster one|three|compare] [--json]
 """
@@ -96,6 +100,16 @@ def raw_consume_decode(bootstrap: str, topic: str, n: int, decode=None) -> float
     return n / dt
 
 
+def start_workers(bootstrap: str, prefix: str, app_id: str, tmp: Path, tag: str, args) -> list[WorkerProcess]:
+    """``args.workers`` workers, started: one process each, or (``--stages split``) a route
+    process and a fold process each."""
+    base = ["--loglevel", "warn", *args.worker_args]
+    kinds = [("route", ["--stages", "route"]), ("fold", ["--stages", "fold"])] if args.stages == "split" else [("", [])]
+    return [WorkerProcess(bootstrap, prefix, app_id, tmp / f"{tag}{i}{kind}", args.partitions,
+                          extra_args=[*base, *more]).start()
+            for i in range(args.workers) for kind, more in kinds]
+
+
 def stage_seconds(worker) -> dict:
     """Seconds each stage of ``worker`` spent on its records (work) and waiting for its outputs'
     acknowledgements (flush), and its calls, from the worker's ``traintrace_stage_seconds``."""
@@ -112,6 +126,14 @@ def stage_seconds(worker) -> dict:
         kind = "s" if "_sum{" in line else "calls"
         out.setdefault(key, {})[kind] = float(line.rsplit(" ", 1)[1])
     return out
+
+
+def cpu_seconds(worker) -> float:
+    """The worker process's CPU seconds so far (``process_cpu_seconds_total``; 0 when unread)."""
+    try:
+        return worker.metric("process_cpu_seconds_total")
+    except Exception:  # noqa: BLE001 - a diagnostic only
+        return 0.0
 
 
 def folded(workers) -> float:
@@ -141,9 +163,7 @@ def throughput(bootstrap: str, args, tmp: Path) -> dict:
     # the route stage runs): the floor moved by this project's own work, quoted beside it
     raw_typed = raw_consume_decode(bootstrap, topics.events, n, CODEC.decode_event_typed)
     app_id = f"bench-{prefix.rstrip('.')}"
-    workers = [WorkerProcess(bootstrap, prefix, app_id, tmp / f"tw{i}", args.partitions,
-                             extra_args=["--loglevel", "warn", *args.worker_args]).start()
-               for i in range(args.workers)]
+    workers = start_workers(bootstrap, prefix, app_id, tmp, "tw", args)
     profilers = []
     try:
         for w in workers:
@@ -158,6 +178,7 @@ def throughput(bootstrap: str, args, tmp: Path) -> dict:
         lo, hi = 0.1 * n, 0.9 * n
         t_lo = t_hi = None
         t_ready, f_ready = time.perf_counter(), folded(workers)
+        cpu_ready = [cpu_seconds(w) for w in workers]
         deadline = time.monotonic() + args.timeout
         while time.monotonic() < deadline:
             f = folded(workers)
@@ -177,8 +198,11 @@ def throughput(bootstrap: str, args, tmp: Path) -> dict:
         while folded(workers) < n and time.monotonic() < deadline:
             time.sleep(0.2)
         catch_up = (n - f_ready) / (time.perf_counter() - t_ready)
+        # each process's CPU (all its threads: librdkafka's too) per event of the catch-up
+        cpu_us = [1e6 * (cpu_seconds(w) - c) / max(1.0, n - f_ready) for w, c in zip(workers, cpu_ready)]
         join_s = t_ready - t_started
-        stages = stage_seconds(workers[0]) if len(workers) == 1 else {}
+        stages = {k: v for w in workers for k, v in stage_seconds(w).items() if v.get("calls")} \
+            if args.workers == 1 else {}
         stages_wall = time.perf_counter() - t_ready
         for i, prof in enumerate(profilers):
             path = prof.stop()
@@ -186,15 +210,15 @@ def throughput(bootstrap: str, args, tmp: Path) -> dict:
                 from bench.profile import print_summary, summary
 
                 print_summary(summary(path), f"worker {i} profile ({path}, flame graph {path.with_suffix('.svg')})")
-        wait_quiescent(bootstrap, app_id, topics, timeout=args.timeout)
+        wait_quiescent(bootstrap, app_id, topics, timeout=args.timeout, split=args.stages == "split")
     finally:
         for w in workers:
             w.kill()
-    return {"events": n, "jobs": jobs, "partitions": args.partitions, "workers": args.workers,
+    return {"events": n, "jobs": jobs, "partitions": args.partitions, "workers": args.workers, "layout": args.stages,
             "raw_consume_decode_per_s": raw, "fold_per_s": rate, "fold_per_s_per_worker": rate / args.workers,
             "ratio_fold_over_raw": rate / raw, "raw_consume_typed_per_s": raw_typed,
             "ratio_fold_over_raw_typed": rate / raw_typed, "catch_up_per_s": catch_up, "ratio_catch_up_over_raw": catch_up / raw,
-            "join_s": join_s, "stages": stages, "stages_wall_s": stages_wall}
+            "join_s": join_s, "stages": stages, "stages_wall_s": stages_wall, "cpu_us_per_event": cpu_us}
 
 
 def incident_events(k: int, t0: int):
@@ -228,9 +252,7 @@ def latency(bootstrap: str, args, tmp: Path) -> dict:
     topics = TopicNames.from_env(prefix)
     ensure_topics(bootstrap, standard_topics(topics, args.partitions))
     app_id = f"lat-{prefix.rstrip('.')}"
-    workers = [WorkerProcess(bootstrap, prefix, app_id, tmp / f"lw{i}", args.partitions,
-                             extra_args=["--loglevel", "warn", *args.worker_args]).start()
-               for i in range(args.workers)]
+    workers = start_workers(bootstrap, prefix, app_id, tmp, "lw", args)
     seen: dict[str, float] = {}
     stamped: dict[str, float] = {}  # the command record's own timestamp (the worker's produce time)
     stop = threading.Event()
@@ -315,6 +337,10 @@ def main() -> None:
                     help="--seals compare / --signing alternate: each round runs the sealed (signed) kind first")
     ap.add_argument("--progress-every", type=int, default=10, help="steps between Progress events")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--stages", choices=("all", "split", "compare"), default="all",
+                    help="split: each worker is a route process and a fold process (traintrace worker --stages "
+                         "route / fold); compare: throughput only, --rounds alternated runs of all-stage workers "
+                         "and split ones")
     ap.add_argument("--profile", metavar="DIR", default=None,
                     help="record each worker with py-spy during the throughput run (DIR/workerN.txt collapsed "
                          "stacks, .svg flame graph) and print where its time went (bench/profile.py)")
@@ -335,7 +361,7 @@ def main() -> None:
     if args.cluster == "compare":
         return compare_clusters(args)
     if args.seals == "compare" or args.signing == "alternate" or args.snapshots == "compare" \
-            or args.compare_worker_args or args.checkpoints == "compare":
+            or args.compare_worker_args or args.checkpoints == "compare" or args.stages == "compare":
         return alternate(args)
 
     broker = None
@@ -409,6 +435,7 @@ def alternate(args) -> None:
     signing = args.signing == "alternate"
     snapshots = args.snapshots == "compare"
     checkpoints = args.checkpoints == "compare"
+    split = args.stages == "compare"
     other = " ".join(args.compare_worker_args or ())
     broker = None
     bootstrap = args.bootstrap
@@ -419,7 +446,8 @@ def alternate(args) -> None:
         bootstrap = broker.start()
     rates: dict[str, list[float]] = {"base": [], "cost": []}
     raw: list[float] = []
-    label = ({"base": "default", "cost": other} if other else
+    label = ({"base": "all stages", "cost": "split     "} if split else
+             {"base": "default", "cost": other} if other else
              {"base": "signed, no checkpoints", "cost": "signed, checkpoints  "} if checkpoints else
              {"base": "no snapshots", "cost": "snapshots   "} if snapshots else
              {"base": "unsigned" if signing else "plain ", "cost": "signed  " if signing else "sealed"})
@@ -430,7 +458,10 @@ def alternate(args) -> None:
                     d = Path(tmp) / f"{kind}{i}"
                     d.mkdir()
                     run = argparse.Namespace(**vars(args))
-                    if other:
+                    if split:
+                        run.seals = "off"
+                        run.stages = "split" if kind == "cost" else "all"
+                    elif other:
                         run.seals = "off"
                         if kind == "cost":
                             run.worker_args = [*args.worker_args, *args.compare_worker_args]
@@ -464,7 +495,7 @@ def alternate(args) -> None:
         if broker is not None:
             broker.stop()
     ratios = [c / b for b, c in zip(rates["base"], rates["cost"])]
-    what = f"{other} / default" if other else "with snapshots / without" if snapshots else \
+    what = "route and fold processes / one all-stage process" if split else f"{other} / default" if other else "with snapshots / without" if snapshots else \
         "signed with checkpoint notes / without" if checkpoints else "signed / unsigned" if signing else "sealed / plain"
     report = {"compared": what, "base_per_worker": rates["base"], "cost_per_worker": rates["cost"],
               "pair_ratios": ratios, "median_ratio": statistics.median(ratios), "seal_every": args.seal_every,
@@ -473,8 +504,8 @@ def alternate(args) -> None:
         print(json.dumps(report, indent=2))
         return
     print(f"{what} events/s per worker: pairs {', '.join(f'x{r:.3f}' for r in ratios)}; "
-          f"median x{report['median_ratio']:.3f}" + ("" if other else f" (goal >= x{0.9 if snapshots else 0.95})")
-          + ("" if signing or snapshots or other or checkpoints else
+          f"median x{report['median_ratio']:.3f}" + ("" if other or split else f" (goal >= x{0.9 if snapshots else 0.95})")
+          + ("" if signing or snapshots or other or checkpoints or split else
              f"; seal every {args.seal_every}, Progress every {args.progress_every} step(s)"))
 
 
@@ -518,7 +549,8 @@ def print_report(report: dict, signing: str, title: str | None = None) -> None:
         r = report["throughput"]
         t.add_row("events", f"{r['events']:,} ({r['jobs']:,} jobs, {r['partitions']} partitions)", "")
         t.add_row("raw confluent-kafka consume+decode", f"{r['raw_consume_decode_per_s']:,.0f} events/s", "")
-        t.add_row(f"fold rate, {r['workers']} worker(s)", f"{r['fold_per_s']:,.0f} events/s", "")
+        how = " (a route and a fold process each)" if r.get("layout") == "split" else ""
+        t.add_row(f"fold rate, {r['workers']} worker(s){how}", f"{r['fold_per_s']:,.0f} events/s", "")
         t.add_row("events/s per worker", f"{r['fold_per_s_per_worker']:,.0f}", ">= 20,000")
         t.add_row("fold rate / raw consume+decode", f"{r['ratio_fold_over_raw']:.3f}", ">= 0.3")
         if "raw_consume_typed_per_s" in r:
@@ -527,6 +559,10 @@ def print_report(report: dict, signing: str, title: str | None = None) -> None:
         t.add_row("catch-up: events / (partitions taken over -> all folded)",
                   f"{r['catch_up_per_s']:,.0f} events/s (/ raw {r['ratio_catch_up_over_raw']:.3f})", "")
         t.add_row("  the group's join before it", f"{r['join_s']:.1f} s", "")
+        if r.get("cpu_us_per_event"):
+            names = ["route", "fold"] * r["workers"] if r.get("layout") == "split" else ["worker"] * r["workers"]
+            t.add_row("  CPU per event of the catch-up, by process",
+                      ", ".join(f"{k} {us:.1f} µs" for k, us in zip(names, r["cpu_us_per_event"])), "")
         if r.get("stages"):
             wall = r["stages_wall_s"]
             parts = ", ".join(f"{k.replace('_', ' ')} {v.get('s', 0) / wall:.0%}" for k, v in sorted(r["stages"].items()))

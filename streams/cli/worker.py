@@ -89,10 +89,10 @@ def worker(bootstrap, kafka_config, topic_prefix, reset_data_dir, retention_ms, 
         settings = WorkerSettings.from_values(values, bootstrap=kafka.bootstrap, topics=topics, kafka=kafka)
     except ValueError as exc:  # job keys that do not load
         fail(str(exc))
-    _prepare_topics(kafka, topics, settings.app_id, settings.partitions, retention_ms, allow_finite_retention,
-                    allow_under_replicated)
+    _prepare_topics(kafka, topics, settings, retention_ms, allow_finite_retention, allow_under_replicated)
     _prepare_data_dir(settings, reset_data_dir)
-    err_console.print(f"traintrace worker: Kafka {kafka.bootstrap}, topics {topics.events} -> {topics.control}, "
+    stages = "" if settings.stages == "all" else f"{settings.stages} stage only (group {settings.group_id}), "
+    err_console.print(f"traintrace worker: Kafka {kafka.bootstrap}, topics {topics.events} -> {topics.control}, {stages}"
                       f"web http://{settings.web_host}:{settings.web_port}, data {settings.data_dir}, {key_note}",
                       highlight=False)
     run_worker(settings)
@@ -120,12 +120,12 @@ def _watch_note(trusted_keys: Path | None) -> str:
     return f"control verified with {len(ring)} trusted key(s) (a forgery raises CONTROL_FORGED)"
 
 
-def _prepare_topics(kafka: "KafkaSettings", topics: "TopicNames", app_id: str, partitions: int,
+def _prepare_topics(kafka: "KafkaSettings", topics: "TopicNames", settings: "WorkerSettings",
                     retention_ms: int, allow_finite_retention: bool,
                     allow_under_replicated: bool = False) -> None:
     """Create the missing topics, refuse (or warn about) an audit trail that would expire or
     topics replicated less than the cluster allows, and give the worker's group an offset on
-    every partition it reads."""
+    every partition it reads (a new route group: where the all-stage workers' group stands)."""
     from streams.kafka.errors import KafkaAdapterError
     from streams.kafka.topics import (
         FiniteRetentionError,
@@ -138,7 +138,7 @@ def _prepare_topics(kafka: "KafkaSettings", topics: "TopicNames", app_id: str, p
     )
 
     try:
-        ensure_topics(kafka, standard_topics(topics, partitions, retention_ms=retention_ms))
+        ensure_topics(kafka, standard_topics(topics, settings.partitions, retention_ms=retention_ms))
         try:  # the audit trail must not expire: refuse a log that would lose records (one line)
             check_audit_retention(kafka, topics, retention_ms)
         except FiniteRetentionError as exc:
@@ -155,7 +155,9 @@ def _prepare_topics(kafka: "KafkaSettings", topics: "TopicNames", app_id: str, p
             for finding in exc.findings:
                 err_console.print(f"traintrace worker: warning: {escape(finding.describe())} "
                                   f"(--allow-under-replicated)", highlight=False, soft_wrap=True)
-        seed_group_offsets(kafka, app_id, [topics.events, topics.by_cohort])
+        reads = [t for t, yes in ((topics.events, settings.routes), (topics.by_cohort, settings.folds)) if yes]
+        seed_group_offsets(kafka, settings.group_id, reads,
+                           like=settings.app_id if settings.group_id != settings.app_id else None)
     except KafkaAdapterError as exc:
         fail(str(exc))
 

@@ -140,15 +140,23 @@ def group_lag(kafka: KafkaSettings | str, app_id: str, topics: list[str]) -> dic
 
 
 def wait_quiescent(kafka: KafkaSettings | str, app_id: str, topics: TopicNames, timeout: float = 120.0,
-                   settle: float = 1.5) -> dict[str, int]:
+                   settle: float = 1.5, split: bool = False) -> dict[str, int]:
     """Wait until the processor has committed everything routed and folded, twice in a row
-    ``settle`` seconds apart. Returns the last lags (all zero) or raises TimeoutError."""
+    ``settle`` seconds apart. Returns the last lags (all zero) or raises TimeoutError.
+    ``split``: the workers run the stages apart (``--stages route`` / ``fold``), the events
+    committed by the route group."""
+    from streams.worker.settings import route_group
+
     kafka = KafkaSettings.of(kafka)
     deadline = time.monotonic() + timeout
     streak = 0
     last: dict[str, int] = {}
     while time.monotonic() < deadline:
-        last = group_lag(kafka, app_id, [topics.events, topics.by_cohort])
+        if split:
+            last = {**group_lag(kafka, route_group(app_id), [topics.events]),
+                    **group_lag(kafka, app_id, [topics.by_cohort])}
+        else:
+            last = group_lag(kafka, app_id, [topics.events, topics.by_cohort])
         if all(v == 0 for v in last.values()):
             streak += 1
             if streak >= 2:

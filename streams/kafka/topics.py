@@ -397,17 +397,21 @@ def check_replication(kafka: KafkaSettings | str, names: TopicNames, timeout: fl
         raise UnderReplicatedError(findings, kafka.bootstrap)
 
 
-def seed_group_offsets(kafka: KafkaSettings | str, group_id: str, topics: Iterable[str], timeout: float = 10.0) -> int:
+def seed_group_offsets(kafka: KafkaSettings | str, group_id: str, topics: Iterable[str], timeout: float = 10.0,
+                       like: str | None = None) -> int:
     """Give every partition of ``topics`` a committed offset for ``group_id`` (its low
-    watermark) where it has none yet. Best effort, and only possible while the group has no
-    member: a partition with no committed offset is left to the consumer's reset policy, which
-    Faust applies late after a rebalance (records produced meanwhile could be skipped).
-    Returns how many offsets were seeded."""
+    watermark, or the committed offset of group ``like`` where that has one) where it has none
+    yet. Best effort, and only possible while the group has no member: a partition with no
+    committed offset is left to the consumer's reset policy, which Faust applies late after a
+    rebalance (records produced meanwhile could be skipped). Returns how many offsets were
+    seeded. (``like``: a new group taking over from another, e.g. the route workers of
+    ``--stages route`` from the all-stage workers before them, starts where that one stands.)"""
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
     topics = list(topics)
     kafka = KafkaSettings.of(kafka)
     consumer = kafka.consumer(group_id)
+    other = kafka.consumer(like) if like is not None else None
     seeds: list[TopicPartition] = []
     deadline = time.monotonic() + timeout
     try:
@@ -421,11 +425,18 @@ def seed_group_offsets(kafka: KafkaSettings | str, group_id: str, topics: Iterab
                     parts = list(md.topics[topic].partitions)
                     committed = consumer.committed([TopicPartition(topic, p) for p in parts],  # retried: this loop
                                                    timeout=timeout)
-                    for tp in committed:
-                        if tp.offset < 0:
-                            low, _high = consumer.get_watermark_offsets(  # retried: this loop
-                                TopicPartition(topic, tp.partition), timeout=timeout)
-                            seeds.append(TopicPartition(topic, tp.partition, max(low, 0)))
+                    missing = [tp.partition for tp in committed if tp.offset < 0]
+                    theirs = {}
+                    if missing and other is not None:
+                        theirs = {tp.partition: tp.offset for tp in other.committed(  # retried: this loop
+                            [TopicPartition(topic, p) for p in missing], timeout=timeout) if tp.offset >= 0}
+                    for p in missing:
+                        if p in theirs:
+                            seeds.append(TopicPartition(topic, p, theirs[p]))
+                            continue
+                        low, _high = consumer.get_watermark_offsets(  # retried: this loop
+                            TopicPartition(topic, p), timeout=timeout)
+                        seeds.append(TopicPartition(topic, p, max(low, 0)))
                 break
             except KafkaException:  # e.g. the group coordinator of a fresh broker is still loading
                 if time.monotonic() > deadline:
@@ -433,6 +444,8 @@ def seed_group_offsets(kafka: KafkaSettings | str, group_id: str, topics: Iterab
                 time.sleep(0.5)
     finally:
         consumer.close()
+        if other is not None:
+            other.close()
     if not seeds:
         return 0
     admin = kafka.admin()

@@ -300,14 +300,16 @@ def every_source_written(analysis: Any) -> bool:
 
 def check_pipeline(bootstrap: str, topics: TopicNames, app_id: str, log: str, poison: int,
                    allow_copies: bool = True, grace_s: float = 0.0, settle_timeout: float = 180.0,
-                   trusted_keys: Any = None) -> dict:
+                   trusted_keys: Any = None, split: bool = False) -> dict:
     """Every invariant above, once the pipeline has settled: the group's committed offsets reach
     the end of both inputs (:func:`~streams.devtools.worker_process.wait_quiescent`, again after a grace
     period ``grace_s`` whose tick may still be running, when a consumption names a checkpoint no event
     writes: :func:`every_source_written`), the events topic holding the events file ``log``
     (:func:`assert_log_on_topic`), every valid event routed once and in order, the DLQ exactly
     the ``poison`` records, live equals ``analyze`` of ``log``, no command id with two contents,
-    and ``audit`` of the topics passes (snapshots included). Returns what was measured."""
+    and ``audit`` of the topics passes (snapshots included). ``split``: the workers run the stages
+    apart (``--stages route`` / ``fold``: the events committed by the route group). Returns what was
+    measured."""
     import time
 
     from streams.audit.analyze import analyze_file
@@ -316,13 +318,13 @@ def check_pipeline(bootstrap: str, topics: TopicNames, app_id: str, log: str, po
     from streams.devtools.worker_process import wait_quiescent
 
     analysis = analyze_file(str(log))
-    wait_quiescent(bootstrap, app_id, topics, timeout=settle_timeout)
+    wait_quiescent(bootstrap, app_id, topics, timeout=settle_timeout, split=split)
     if grace_s and not every_source_written(analysis):
         # a consumption whose source no event writes waits out the grace period live, then
         # a clock tick halts its job: give it the time (none can be pending otherwise: once the
         # pipeline is quiescent every CheckpointWritten is folded, and nothing is unresolved)
         time.sleep(grace_s + 1)
-        wait_quiescent(bootstrap, app_id, topics, timeout=60)
+        wait_quiescent(bootstrap, app_id, topics, timeout=60, split=split)
     events = _events_log(bootstrap, topics)  # read once for both checks
     assert_log_on_topic(bootstrap, topics, log, events)
     routing = assert_routed_once_in_order(bootstrap, topics, allow_copies=allow_copies, events=events)

@@ -80,7 +80,7 @@ def _signers(settings: WorkerSettings):
 
 def _faust_app(settings: WorkerSettings) -> faust.App:
     return faust.App(
-        settings.app_id,
+        settings.group_id,  # the app id, or its route group for a route-only worker (--stages)
         # broker and broker_client_id (traintrace-<host>-<web port>, also the client.id of this
         # process's confluent-kafka clients)
         **settings.kafka.faust_options(),
@@ -136,7 +136,8 @@ def create_app(settings: WorkerSettings) -> faust.App:
     ckview = CheckpointView(settings, codec)
     clock = InputClock(settings.kafka, topics.events, settings.app_id)
     jobmap = JobCohortMap()  # job_id -> cohort_id, kept in lineage.job-cohorts
-    parsed = ParsedEvents()  # the router's parsed events, handed to the fold: one decode an event
+    # the router's parsed events, handed to the fold: one decode an event (both stages in this process)
+    parsed = ParsedEvents() if settings.stages == "all" else None
     route = RouteStage(settings, codec, jobmap, outbox, asyncio.Lock(), parsed)  # the router
     fold = FoldStage(settings, codec, referee, outbox, asyncio.Lock(), parsed)  # the fold (decide agent, timers)
     snapshots = SnapshotStore(settings, codec, referee, signer)  # lineage.snapshots
@@ -148,7 +149,9 @@ def create_app(settings: WorkerSettings) -> faust.App:
     housekeeping_ = Housekeeping(settings, codec, referee, outbox, clock, fold, snapshots.resting)
     health = Health()
     keyring = sentinel_keyring(settings)
-    sentinel = ControlSentinel(settings, codec, keyring, cohort_of=jobmap.get) if keyring is not None else None
+    # (with the route stage, whose job map names a job's cohort; a fold-only worker leaves it to the route workers)
+    sentinel = ControlSentinel(settings, codec, keyring, cohort_of=jobmap.get) \
+        if keyring is not None and settings.routes else None
     watchdog = Watchdog(health, settings.watchdog_s) if settings.watchdog_s > 0 else None
 
     app.traintrace = {  # for the web views and tests
@@ -161,8 +164,9 @@ def create_app(settings: WorkerSettings) -> faust.App:
     async def on_revoked(app_, revoked, **kwargs) -> None:
         await assignment.revoked(revoked)
 
-    feeds = ([DirectFeed(settings, route)] if settings.route_feed == "direct" else []) \
-        + ([DirectFeed(settings, fold)] if settings.fold_feed == "direct" else [])
+    # only the stages this worker runs (--stages) have a feed and an agent: Faust subscribes to their inputs
+    feeds = ([DirectFeed(settings, route)] if settings.routes and settings.route_feed == "direct" else []) \
+        + ([DirectFeed(settings, fold)] if settings.folds and settings.fold_feed == "direct" else [])
     fed = {f.stage.topic for f in feeds}
 
     @app.on_partitions_assigned.connect
@@ -181,7 +185,6 @@ def create_app(settings: WorkerSettings) -> faust.App:
     async def commit_positions() -> None:
         await guarded(health, "commit", assignment.commit_processed)
 
-    @app.agent(events_topic)
     async def route_agent(stream):
         """Stage one: decode and validate each record, route it to its cohort."""
         async for batch in stream.take_events(settings.batch_max, settings.batch_within_s):
@@ -189,6 +192,9 @@ def create_app(settings: WorkerSettings) -> faust.App:
                 await route.process([faust_record(e) for e in batch])
             except Exception as exc:  # never let a batch whose outputs are not out count as done
                 die("route", exc)
+
+    if settings.routes:
+        app.agent(events_topic)(route_agent)
 
     def feed_task(feed: DirectFeed) -> None:
         async def run_feed() -> None:
@@ -214,7 +220,6 @@ def create_app(settings: WorkerSettings) -> faust.App:
                 return high
         return None
 
-    @app.agent(by_cohort_topic)
     async def decide(stream):
         """Stage two: fold each cohort's events through the core, publish the decisions."""
         async for batch in stream.take_events(64, settings.batch_within_s):
@@ -222,6 +227,9 @@ def create_app(settings: WorkerSettings) -> faust.App:
                 await fold.process([faust_record(e) for e in batch])
             except Exception as exc:  # never let a batch whose outputs are not out count as done
                 die("decide", exc)
+
+    if settings.folds:
+        app.agent(by_cohort_topic)(decide)
 
     @app.timer(interval=2.0)
     async def stalled_partitions() -> None:

@@ -56,7 +56,7 @@ def replay_partition(settings: WorkerSettings, codec: Codec, referee: Referee, p
 def group_starts(settings: WorkerSettings, topic: str, partitions: list[int]) -> dict[int, int]:
     """Where the group resumes each partition: its committed offset, or where the partition
     begins when it has none."""
-    consumer = settings.kafka.consumer(settings.app_id)
+    consumer = settings.kafka.consumer(settings.group_id)
     try:
         got = retry_transient(lambda left: consumer.committed([TopicPartition(topic, p) for p in partitions],
                                                               timeout=left),

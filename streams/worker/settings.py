@@ -101,6 +101,12 @@ WORKER_SETTINGS: tuple[Setting, ...] = (
     Setting("--fold-feed", "TRAINTRACE_FOLD_FEED", ("direct", "faust"), "direct",
             "How the fold stage gets the records of lineage.by-cohort: direct, in batches from a consumer of its own "
             "(as --route-feed), or faust, through Faust's stream (its records are batches of events already)."),
+    Setting("--stages", "TRAINTRACE_STAGES", ("all", "route", "fold"), "all",
+            "Which stages this worker runs: all (route lineage.events and fold lineage.by-cohort, in one "
+            "process), or route / fold only, so that a deployment runs the two stages in processes of their own "
+            "(a core each: docs/pipeline.md). Route workers are their own group (APP_ID-route); fold workers keep "
+            "the group APP_ID. Give every worker of one app id 'all', or each one 'route' or 'fold', never both "
+            "kinds: a route group and all-stage workers would both route every event."),
     Setting("--verify-rebuilds", "TRAINTRACE_VERIFY_REBUILDS", bool, False,
             "Check every state put together from snapshots (a takeover, a partition back untouched, a cohort "
             "back in memory, each snapshot written) against a re-fold of its partition from offset 0, job by job; "
@@ -111,6 +117,11 @@ WORKER_SETTINGS: tuple[Setting, ...] = (
             "watermark), each a clock tick in the cohort's input so that replays and audits decide the same.",
             minimum=0.1),
 )
+
+
+def route_group(app_id: str) -> str:
+    """The consumer group of the route-only workers (``--stages route``) of ``app_id``."""
+    return f"{app_id}-route"
 
 
 def parse_cohort_horizons(text: str) -> dict[str, int | None]:
@@ -198,6 +209,8 @@ class WorkerSettings:
     #: the fold stage's records, likewise (direct: ×1.1 measured once the events were read by hand,
     #: docs/benchmarks.md)
     fold_feed: str = "direct"
+    #: the stages this worker runs: "all", "route" or "fold" (--stages; the consumer group: :attr:`group_id`)
+    stages: str = "all"
     #: --verify-rebuilds (streams.worker.verify): states made from snapshots checked against a re-fold
     verify_rebuilds: bool = False
     #: batching of the agents (Stream.take_events)
@@ -239,6 +252,22 @@ class WorkerSettings:
         elif self.kafka.client_id is None:
             self.kafka = self.kafka.with_client_id(self.client_id)
 
+    @property
+    def routes(self) -> bool:
+        """Whether this worker runs the route stage (lineage.events -> lineage.by-cohort)."""
+        return self.stages in ("all", "route")
+
+    @property
+    def folds(self) -> bool:
+        """Whether this worker runs the fold stage (lineage.by-cohort through the referee)."""
+        return self.stages in ("all", "fold")
+
+    @property
+    def group_id(self) -> str:
+        """The consumer group of this worker's inputs (Faust's app id): :func:`route_group` of the
+        app id for a route-only worker, the app id otherwise."""
+        return route_group(self.app_id) if self.stages == "route" else self.app_id
+
     def horizon_of(self, cohort: str) -> int | None:
         """The settle horizon of ``cohort`` (ms), its override first; None: keep everything."""
         if cohort in self.cohort_horizons_ms:
@@ -277,7 +306,7 @@ class WorkerSettings:
             settle_horizon_ms=None if horizon is None else int(horizon * 1000),
             cohort_horizons_ms=cohort_horizons, retention_interval_s=values["retention_interval"],
             route_feed=values["route_feed"], fold_feed=values["fold_feed"],
-            verify_rebuilds=values["verify_rebuilds"],
+            verify_rebuilds=values["verify_rebuilds"], stages=values["stages"],
         )
 
     @classmethod

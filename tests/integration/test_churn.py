@@ -11,7 +11,10 @@ group's committed offsets reach the end of both inputs.
   streaming all along;
 - a long outage: a worker dead for several grace periods while the jobs keep producing
   (the survivor does not take over for 20 s): no halt the offline fold lacks;
-- redelivery: a job's journal resent after a kill (identical copies) audits clean.
+- redelivery: a job's journal resent after a kill (identical copies) audits clean;
+- split stages: all-stage workers hand over to route and fold workers of their own
+  (``--stages route`` / ``fold``) while events flow, route workers join and leave: every event
+  routed once, nothing re-routed at the hand-over.
 """
 
 from __future__ import annotations
@@ -84,7 +87,7 @@ class Feeder(threading.Thread):
 @pytest.fixture
 def cluster(kafka_bootstrap, tmp_path):
     """``make(partitions, extra_args) -> (topics, app_id, new_worker)``: fresh topics and group;
-    ``new_worker(i)`` makes (does not start) worker ``i`` with its own data dir and port."""
+    ``new_worker(i, more)`` makes (does not start) worker ``i`` with its own data dir and port (``more``: its own options)."""
     made: list[WorkerProcess] = []
 
     def make(partitions: int = 6, extra_args=()):
@@ -93,11 +96,11 @@ def cluster(kafka_bootstrap, tmp_path):
         ensure_topics(kafka_bootstrap, standard_topics(topics, partitions))
         app_id = f"tt-{prefix.rstrip('.')}"
 
-        def new_worker(i: int) -> WorkerProcess:
+        def new_worker(i: int, more=()) -> WorkerProcess:
             w = WorkerProcess(kafka_bootstrap, prefix, app_id, tmp_path / f"worker{i}", partitions,
                               extra_args=["--commit-interval", "0.2", "--grace-seconds", str(GRACE_S),
                                           "--snapshot-every", "300", "--snapshot-interval", "1",
-                                          "--loglevel", "info", "--verify-rebuilds", *extra_args])
+                                          "--loglevel", "info", "--verify-rebuilds", *extra_args, *more])
             made.append(w)
             return w
 
@@ -134,12 +137,13 @@ def moves(workers: list[WorkerProcess]) -> str:
 
 
 def check_everything(bootstrap: str, topics: TopicNames, app_id: str, log: Path, poison: int,
-                     allow_copies: bool, extra_dead: int = 0, workers: list[WorkerProcess] = ()) -> dict:
+                     allow_copies: bool, extra_dead: int = 0, workers: list[WorkerProcess] = (),
+                     split: bool = False) -> dict:
     """The invariants of issue 10, after the pipeline settles (a grace period's tick included);
     when one fails, the ``workers``' moves come with it."""
     try:
         out = check_pipeline(bootstrap, topics, app_id, str(log), poison, allow_copies=allow_copies,
-                             grace_s=GRACE_S)
+                             grace_s=GRACE_S, split=split)
     except AssertionError as exc:
         if not workers:
             raise
@@ -290,3 +294,46 @@ def test_identical_redeliveries_of_a_journal_audit_clean(cluster, kafka_bootstra
     for p in range(2):
         entries = read_map_entries(kafka_bootstrap, topics.job_cohorts, [p])
         assert entries == {job: (cohort, o) for job, (q, o, cohort) in started.items() if q == p}
+
+
+def test_split_stages_take_over_from_all_stage_workers_and_route_every_event_once(cluster, kafka_bootstrap,
+                                                                                  tmp_path):
+    """An operator moves a running pipeline to route and fold workers of their own (docs/pipeline.md):
+    the all-stage worker stops cleanly, a route worker (its group seeded where the all-stage group
+    stands) and a fold worker start, a second route worker joins and the first leaves, the fold
+    worker restarts: every event routed exactly once (nothing re-routed at the hand-over), and the
+    live decisions equal the offline fold."""
+    topics, app_id, new_worker = cluster(partitions=4)
+    events = interleave_cohorts(list(generate_cohorts(
+        jobs=120, cohort_size=8, steps=300, seed=12, divergence_rate=0.1, exploit_every=40,
+        exploit_prob=0.6, alias_prob=0.05)), seed=12)
+    log = write_log(tmp_path / "events.jsonl", events)
+    everything = new_worker(0)
+    route = [new_worker(1, ["--stages", "route"]), new_worker(2, ["--stages", "route"])]
+    fold = new_worker(3, ["--stages", "fold"])
+    feeder = Feeder(kafka_bootstrap, topics.events, events, seconds=22)
+    everything.start()
+    feeder.start()
+    everything.wait_ready()
+    time.sleep(4)
+    stopped = [everything.stop()]
+    route[0].start()
+    fold.start()
+    route[0].wait_ready()
+    fold.wait_ready()
+    time.sleep(3)
+    route[1].start().wait_ready()
+    time.sleep(3)
+    stopped.append(route[0].stop())
+    time.sleep(2)
+    stopped.append(fold.stop())
+    fold.start().wait_ready()
+    feeder.join()
+    feeder.check()
+    workers = [everything, *route, fold]
+    check_everything(kafka_bootstrap, topics, app_id, log, feeder.poison, allow_copies=False, workers=workers,
+                     split=True)
+    assert stopped == [0, 0, 0], stopped
+    assert route[1].owned()["by_cohort"] == [] and fold.owned()["events"] == [], (route[1].owned(), fold.owned())
+    for x in workers:
+        assert "CRITICAL" not in x.log_path.read_text(errors="replace"), x.log_tail()

@@ -106,13 +106,14 @@ CASES = {
     "route_feed": ("faust", lambda s: s.route_feed, "faust"),
     "fold_feed": ("faust", lambda s: s.fold_feed, "faust"),
     "verify_rebuilds": ("true", lambda s: s.verify_rebuilds, True),
+    "stages": ("route", lambda s: (s.stages, s.group_id), ("route", "traintrace-route")),
     "log_origin": ("traintrace.example/prod/", lambda s: s.log_origin, "traintrace.example/prod"),
 }
 DEFAULTS = {  # what the worker makes of an option's default
     "data_dir": Path(".traintrace/worker-6066"), "store": "rocksdb://", "grace_seconds": 30000,
     "ack_timeout": 300000, "signing_key": None, "trusted_keys": None, "topic_prefix": "lineage.events",
     "require_sealed_events": False, "verify_rebuilds": False, "evict_settled": True, "evict_idle": True, "settle_horizon": None, "cohort_settle_horizons": {},
-    "log_origin": "traintrace.local/traintrace",
+    "log_origin": "traintrace.local/traintrace", "stages": ("all", "traintrace"),
 }
 #: options the settings take from the environment elsewhere: the Kafka client's (KafkaSettings.from_env
 #: in WorkerSettings: tests/unit/test_kafka_security.py) and the issued job keys (a real key
