@@ -134,7 +134,8 @@ def create_app(settings: WorkerSettings) -> faust.App:
     signer, control_signer = _signers(settings)
     referee = Referee(settings.core, settings.ack_timeout_ms, signer=signer, control_signer=control_signer)
     ckview = CheckpointView(settings, codec)
-    clock = InputClock(settings.kafka, topics.events, settings.app_id)
+    # the input watermark: how far the events are routed, by whichever group routes them (--stages)
+    clock = InputClock(settings.kafka, topics.events, settings.routing_group)
     jobmap = JobCohortMap()  # job_id -> cohort_id, kept in lineage.job-cohorts
     # the router's parsed events, handed to the fold: one decode an event (both stages in this process)
     parsed = ParsedEvents() if settings.stages == "all" else None

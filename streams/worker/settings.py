@@ -268,6 +268,13 @@ class WorkerSettings:
         app id for a route-only worker, the app id otherwise."""
         return route_group(self.app_id) if self.stages == "route" else self.app_id
 
+    @property
+    def routing_group(self) -> str:
+        """The group whose committed ``lineage.events`` offsets say how far the input is routed
+        (the input watermark's, :mod:`streams.worker.clock`): the app id's when this worker's
+        kind routes too, the route group's when the stages run apart."""
+        return self.app_id if self.stages == "all" else route_group(self.app_id)
+
     def horizon_of(self, cohort: str) -> int | None:
         """The settle horizon of ``cohort`` (ms), its override first; None: keep everything."""
         if cohort in self.cohort_horizons_ms:

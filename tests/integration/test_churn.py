@@ -307,6 +307,10 @@ def test_split_stages_take_over_from_all_stage_workers_and_route_every_event_onc
     events = interleave_cohorts(list(generate_cohorts(
         jobs=120, cohort_size=8, steps=300, seed=12, divergence_rate=0.1, exploit_every=40,
         exploit_prob=0.6, alias_prob=0.05)), seed=12)
+    # one consumption of a checkpoint nobody writes: the fold workers' grace period must run on how far
+    # the route workers routed (their group's offsets: streams.worker.clock), or the job is never halted
+    unwritten = next(i for i, d in enumerate(events) if i > len(events) // 3 and d["type"] == "CheckpointConsumed")
+    events[unwritten] = {**events[unwritten], "source_checkpoint_id": "nobody-wrote-this"}
     log = write_log(tmp_path / "events.jsonl", events)
     everything = new_worker(0)
     route = [new_worker(1, ["--stages", "route"]), new_worker(2, ["--stages", "route"])]
@@ -331,8 +335,10 @@ def test_split_stages_take_over_from_all_stage_workers_and_route_every_event_onc
     feeder.join()
     feeder.check()
     workers = [everything, *route, fold]
-    check_everything(kafka_bootstrap, topics, app_id, log, feeder.poison, allow_copies=False, workers=workers,
-                     split=True)
+    out = check_everything(kafka_bootstrap, topics, app_id, log, feeder.poison, allow_copies=False, workers=workers,
+                           split=True)
+    assert (events[unwritten]["job_id"], "UNTRACEABLE_SOURCE") in {
+        (h["job_id"], h["reason"]) for h in out["offline"]["halts"]}, out["offline"]["halts"]
     assert stopped == [0, 0, 0], stopped
     assert route[1].owned()["by_cohort"] == [] and fold.owned()["events"] == [], (route[1].owned(), fold.owned())
     for x in workers:

@@ -7,14 +7,15 @@ import pytest
 from streams.worker.settings import WorkerSettings, route_group
 
 
-@pytest.mark.parametrize("stages, routes, folds, group", [
-    ("all", True, True, "tt"),
-    ("route", True, False, "tt-route"),
-    ("fold", False, True, "tt"),
+@pytest.mark.parametrize("stages, routes, folds, group, routing", [
+    ("all", True, True, "tt", "tt"),
+    ("route", True, False, "tt-route", "tt-route"),
+    # a fold worker's grace periods run on how far the route workers routed (streams.worker.clock)
+    ("fold", False, True, "tt", "tt-route"),
 ])
-def test_a_worker_runs_its_stages_in_its_group(stages, routes, folds, group):
+def test_a_worker_runs_its_stages_in_its_group(stages, routes, folds, group, routing):
     s = WorkerSettings(bootstrap="k:1", app_id="tt", stages=stages)
-    assert (s.routes, s.folds, s.group_id) == (routes, folds, group)
+    assert (s.routes, s.folds, s.group_id, s.routing_group) == (routes, folds, group, routing)
 
 
 def test_route_workers_have_a_group_of_their_own_under_the_app_ids_prefix():
