@@ -89,6 +89,8 @@ def worker(bootstrap, kafka_config, topic_prefix, reset_data_dir, retention_ms, 
         settings = WorkerSettings.from_values(values, bootstrap=kafka.bootstrap, topics=topics, kafka=kafka)
     except ValueError as exc:  # job keys that do not load
         fail(str(exc))
+    # before the route group's offsets are seeded from the app id's: only once no all-stage worker moves those
+    _check_stage_mix(settings)
     _prepare_topics(kafka, topics, settings, retention_ms, allow_finite_retention, allow_under_replicated)
     _prepare_data_dir(settings, reset_data_dir)
     stages = "" if settings.stages == "all" else f"{settings.stages} stage only (group {settings.group_id}), "
@@ -159,6 +161,16 @@ def _prepare_topics(kafka: "KafkaSettings", topics: "TopicNames", settings: "Wor
         seed_group_offsets(kafka, settings.group_id, reads,
                            like=settings.app_id if settings.group_id != settings.app_id else None)
     except KafkaAdapterError as exc:
+        fail(str(exc))
+
+
+def _check_stage_mix(settings: "WorkerSettings") -> None:
+    """Refuse to run beside workers of the other kind of this app id (streams.worker.stagemix)."""
+    from streams.worker.stagemix import StageMixError, check_stage_mix
+
+    try:
+        check_stage_mix(settings.kafka, settings.stages, settings.app_id, settings.topics)
+    except StageMixError as exc:
         fail(str(exc))
 
 

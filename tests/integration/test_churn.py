@@ -320,6 +320,9 @@ def test_split_stages_take_over_from_all_stage_workers_and_route_every_event_onc
     feeder.start()
     everything.wait_ready()
     time.sleep(4)
+    # beside a worker of the other kind, a worker refuses to start, in one line (streams.worker.stagemix)
+    refused = [new_worker(4, ["--stages", "route"]).start()]
+    assert refused[0].proc.wait(60) != 0
     stopped = [everything.stop()]
     route[0].start()
     fold.start()
@@ -332,6 +335,8 @@ def test_split_stages_take_over_from_all_stage_workers_and_route_every_event_onc
     time.sleep(2)
     stopped.append(fold.stop())
     fold.start().wait_ready()
+    refused.append(new_worker(5).start())
+    assert refused[1].proc.wait(60) != 0
     feeder.join()
     feeder.check()
     workers = [everything, *route, fold]
@@ -340,6 +345,9 @@ def test_split_stages_take_over_from_all_stage_workers_and_route_every_event_onc
     assert (events[unwritten]["job_id"], "UNTRACEABLE_SOURCE") in {
         (h["job_id"], h["reason"]) for h in out["offline"]["halts"]}, out["offline"]["halts"]
     assert stopped == [0, 0, 0], stopped
+    said = [x.log_path.read_text(errors="replace") for x in refused]
+    assert "would route every event a second time" in said[0] and "Traceback" not in said[0], said[0][-2000:]
+    assert "route worker(s)" in said[1] and "Traceback" not in said[1], said[1][-2000:]
     assert route[1].owned()["by_cohort"] == [] and fold.owned()["events"] == [], (route[1].owned(), fold.owned())
     for x in workers:
         assert "CRITICAL" not in x.log_path.read_text(errors="replace"), x.log_tail()

@@ -6,6 +6,7 @@ Kubernetes here: this checks the chart's half of the contract with the commands.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -90,6 +91,55 @@ def test_the_charts_pods_start_with_what_it_gives_them(kafka_bootstrap, tmp_path
         for p in procs:
             p.terminate()
         for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def test_the_charts_route_and_fold_pods_route_and_fold(kafka_bootstrap, tmp_path):
+    """worker.routeReplicas: the route pod and the fold pod, each as the chart runs it (one web port
+    per pod there; two here, on one host), fold what a job writes."""
+    from streams.codec import Codec
+    from streams.devtools.worker_process import free_port, produce_events
+    from streams.testing.cohort import generate_cohorts
+
+    prefix = f"helms{uuid.uuid4().hex[:6]}."
+    web = free_port()
+    spec = pods(f"kafka.bootstrap={kafka_bootstrap}", f"topicPrefix={prefix}", f"appId=tt-{prefix.rstrip('.')}",
+                "partitions=2", "worker.replicas=1", "worker.routeReplicas=1", f"worker.webPort={web}",
+                "worker.store=memory")
+    assert {"worker", "worker-route"} <= set(spec)
+    procs, ports = [], {"worker": web, "worker-route": free_port()}
+    try:
+        for component in ("worker-route", "worker"):
+            c = spec[component]
+            env = environment(c, {"/data": str(tmp_path / component)})
+            env["TRAINTRACE_WEB_PORT"] = str(ports[component])  # a pod's own address in Kubernetes
+            log = tmp_path / f"{component}.log"
+            p = subprocess.Popen([sys.executable, "-m", "streams", *c["args"][1:]], env=env, stdout=log.open("w"),
+                                 stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)
+            procs.append((p, log))
+            wait_health(f"http://127.0.0.1:{ports[component]}", p, log)
+        events = list(generate_cohorts(jobs=4, cohort_size=4, steps=100, seed=5))
+        produce_events(kafka_bootstrap, f"{prefix}lineage.events", events, Codec())
+        deadline = time.monotonic() + 90
+        folded = 0.0
+        while time.monotonic() < deadline and folded < len(events):
+            time.sleep(0.5)
+            with urllib.request.urlopen(f"http://127.0.0.1:{web}/metrics", timeout=5) as r:
+                folded = sum(float(ln.rsplit(" ", 1)[1]) for ln in r.read().decode().splitlines()
+                             if ln.startswith("traintrace_events_folded_total"))
+        assert folded == len(events), (folded, len(events), procs[1][1].read_text()[-2000:])
+        for component in ("worker-route", "worker"):
+            with urllib.request.urlopen(f"http://127.0.0.1:{ports[component]}/health", timeout=5) as r:
+                owned = json.loads(r.read())["partitions"]
+            assert owned == ({"events": [0, 1], "by_cohort": []} if component == "worker-route"
+                             else {"events": [], "by_cohort": [0, 1]}), (component, owned)
+    finally:
+        for p, _log in procs:
+            p.terminate()
+        for p, _log in procs:
             try:
                 p.wait(30)
             except subprocess.TimeoutExpired:

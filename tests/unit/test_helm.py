@@ -62,7 +62,8 @@ def test_helm_lint_passes():
     assert p.returncode == 0, p.stdout + p.stderr
     p = subprocess.run([HELM, "lint", "--strict", str(CHART), "--set", "strimzi.enabled=true",
                         "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true",
-                        "--set", "openlineage.enabled=true", "--set", "openlineage.url=http://marquez:5000"],
+                        "--set", "openlineage.enabled=true", "--set", "openlineage.url=http://marquez:5000",
+                        "--set", "worker.routeReplicas=2"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
 
@@ -117,6 +118,42 @@ def test_the_workers_have_a_volume_each_probes_on_health_and_their_metrics_scrap
 
 
 @needs_helm
+def test_route_replicas_run_the_stages_in_pods_of_their_own():
+    """worker.routeReplicas: fold workers and route workers (traintrace worker --stages), each a
+    StatefulSet with its own volumes and selector, both scraped as job="traintrace"."""
+    docs = render("kafka.bootstrap=kafka:9092", "worker.replicas=3", "worker.routeReplicas=2",
+                  "metrics.serviceMonitor.enabled=true")
+    sets = {d["metadata"]["name"]: d for d in kinds(docs, "StatefulSet")}
+    assert set(sets) == {"tt-traintrace-worker", "tt-traintrace-worker-route"}
+    stages, selectors = {}, []
+    for name, sts in sets.items():
+        (c,) = sts["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        stages[name] = (env["TRAINTRACE_STAGES"], sts["spec"]["replicas"])
+        assert [v["metadata"]["name"] for v in sts["spec"]["volumeClaimTemplates"]] == ["data"]
+        match = sts["spec"]["selector"]["matchLabels"]
+        assert match.items() <= sts["spec"]["template"]["metadata"]["labels"].items()
+        selectors.append(match)
+    assert stages == {"tt-traintrace-worker": ("fold", 3), "tt-traintrace-worker-route": ("route", 2)}
+    # neither StatefulSet selects the other's pods
+    a, b = (sets[n]["spec"]["template"]["metadata"]["labels"] for n in sorted(sets))
+    assert not selectors[0].items() <= b.items() or not selectors[1].items() <= a.items()
+    assert selectors[0] != selectors[1]
+    (sm,) = kinds(docs, "ServiceMonitor")
+    services = [s for s in kinds(docs, "Service") if sm["spec"]["selector"]["matchLabels"].items()
+                <= s["metadata"]["labels"].items()]
+    scraped = {tuple(sorted(s["spec"]["selector"].items())) for s in services}
+    for sts in sets.values():  # every worker pod is behind a Service the ServiceMonitor selects
+        labels = sts["spec"]["template"]["metadata"]["labels"]
+        assert any(dict(sel).items() <= labels.items() for sel in scraped), labels
+    # the default: one StatefulSet of workers that run every stage (no TRAINTRACE_STAGES)
+    (sts,) = kinds(render("kafka.bootstrap=kafka:9092"), "StatefulSet")
+    assert "TRAINTRACE_STAGES" not in {e["name"] for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}
+    p = render("kafka.bootstrap=k:9092", "worker.routeReplicas=9", "partitions=8", check=False)
+    assert p.returncode != 0 and "worker.routeReplicas (9) is more than the partitions (8)" in p.stderr
+
+
+@needs_helm
 def test_with_strimzi_each_component_logs_in_as_its_kafkauser():
     docs = render("strimzi.enabled=true", "strimzi.cluster=k", "strimzi.users.processor=tt-processor")
     users = {d["metadata"]["name"]: d["metadata"]["labels"]["traintrace/role"] for d in kinds(docs, "KafkaUser")}
@@ -143,7 +180,7 @@ def test_every_setting_the_chart_passes_is_one_its_command_reads():
     docs = render("strimzi.enabled=true", "openlineage.enabled=true", "openlineage.url=http://m:5000",
                   "openlineage.apiKeySecret=ol", "trustedKeys.existingSecret=keys", "signingKey.existingSecret=k",
                   "kafka.extraConfig.linger\\.ms=5", "topicPrefix=p.", "worker.settleHorizon=600",
-                  "worker.snapshotEvery=20000")
+                  "worker.snapshotEvery=20000", "worker.routeReplicas=1")
     ctx = click.Context(cli)
     kafka = {"KAFKA_BOOTSTRAP_SERVERS", "KAFKA_SECURITY_PROTOCOL", "KAFKA_SASL_MECHANISM", "KAFKA_SASL_USERNAME",
              "KAFKA_SASL_PASSWORD", "KAFKA_SSL_CA_LOCATION"}
@@ -157,7 +194,7 @@ def test_every_setting_the_chart_passes_is_one_its_command_reads():
         unknown = {e["name"] for e in c["env"]} - reads - kafka
         assert not unknown, (c["args"], unknown)
         seen += 1
-    assert seen == 4
+    assert seen == 5  # the fold workers, the route workers, the forwarder, the live page, the follower
 
 
 @needs_helm
