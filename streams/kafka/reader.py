@@ -396,6 +396,37 @@ def follow(kafka: KafkaSettings | str, topic: str, from_beginning: bool = False,
         consumer.close()
 
 
+def follow_batches(kafka: KafkaSettings | str, topic: str, from_beginning: bool = False, *, batch: int = 500,
+                   connect_timeout: float = CONNECT_TIMEOUT, poll_interval: float = 0.5,
+                   stop: Any = None) -> Iterator[list[tuple[bytes | None, bytes | None]]]:
+    """Like :func:`follow`, for a thread that keeps a table of a topic: the ``(key, value)`` of
+    its records as they arrive, up to ``batch`` at a time (one ``consume()`` call each: the
+    thread gives the GIL up once a batch, not once a record), until ``stop`` (an Event) is set."""
+    kafka = KafkaSettings.of(kafka)
+    bootstrap = kafka.bootstrap
+    c = _consumer(kafka)
+    consumer = c.consumer
+    try:
+        parts = _partitions(c, bootstrap, topic, connect_timeout)
+        start = OFFSET_BEGINNING if from_beginning else OFFSET_END
+        consumer.assign([TopicPartition(topic, p, start) for p in parts])
+        while stop is None or not stop.is_set():
+            out = []
+            for msg in consumer.consume(batch, poll_interval):
+                err = msg.error()
+                if err is None:
+                    out.append((msg.key(), msg.value()))
+                elif err.code() != KafkaError._PARTITION_EOF:
+                    if _fatal(err):
+                        c.refused(err, topic)
+                        raise ReaderError(f"reading {topic!r} on {bootstrap} failed: {err.str()}")
+                    client_logger.warning("reading %s: %s", topic, err.str())
+            if out:
+                yield out
+    finally:
+        consumer.close()
+
+
 class PartitionNotFound(ReaderError):
     """A partition asked for that the topic does not have."""
 

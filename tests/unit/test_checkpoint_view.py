@@ -52,3 +52,27 @@ def test_the_disk_view_starts_empty_each_time(tmp_path):
     first.close()
     again = DiskView(tmp_path / "v")  # a cache of the topic: refilled from it, never trusted from before
     assert len(again) == 0 and again.get("b") is None
+
+
+@pytest.mark.parametrize("store", ["rocksdb://", "memory://"])
+def test_records_kept_as_they_came_are_decoded_when_asked(tmp_path, store):
+    """The thread keeps each lineage.checkpoints record undecoded (put_raw); get() decodes it."""
+    codec = Codec()
+    view = CheckpointView(WorkerSettings("127.0.0.1:1", data_dir=tmp_path, store=store), codec)
+    view._thread = threading.Thread(target=lambda: None)
+    view.start()
+
+    def raw(i: int, **more) -> tuple[bytes, bytes]:
+        rec = {**record(i), "status": "CLEAN", "cohort_id": "c", "ts": 1, **more}
+        return rec["checkpoint_id"].encode(), codec.encode_record("CheckpointStatus", rec)
+
+    for i in range(50):
+        view.put_raw(*raw(i))
+    view.put_raw(*raw(7, status="TAINTED", incident_ids=["inc-1"]))  # the last one of a checkpoint wins
+    view.put_raw(b"ck-8", raw(9)[1])  # a record under another checkpoint's key: not ck-8's status
+    view.put_raw(b"ck-10", b"not avro")  # undecodable: no status
+    view.put_raw(None, raw(11)[1])  # no key: not kept
+    assert view.get("ck-7") == {**record(7), "status": "TAINTED", "incident_ids": ["inc-1"]}
+    assert view.get("ck-3") == {**record(3), "status": "CLEAN"}
+    assert view.get("ck-8") is None and view.get("ck-10") is None and view.get("nope") is None
+    assert len(view.status) == 50
