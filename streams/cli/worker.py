@@ -89,9 +89,10 @@ def worker(bootstrap, kafka_config, topic_prefix, reset_data_dir, retention_ms, 
         settings = WorkerSettings.from_values(values, bootstrap=kafka.bootstrap, topics=topics, kafka=kafka)
     except ValueError as exc:  # job keys that do not load
         fail(str(exc))
+    _prepare_topics(kafka, topics, settings, retention_ms, allow_finite_retention, allow_under_replicated)
     # before the route group's offsets are seeded from the app id's: only once no all-stage worker moves those
     _check_stage_mix(settings)
-    _prepare_topics(kafka, topics, settings, retention_ms, allow_finite_retention, allow_under_replicated)
+    _seed_offsets(kafka, topics, settings)
     _prepare_data_dir(settings, reset_data_dir)
     stages = "" if settings.stages == "all" else f"{settings.stages} stage only (group {settings.group_id}), "
     err_console.print(f"traintrace worker: Kafka {kafka.bootstrap}, topics {topics.events} -> {topics.control}, {stages}"
@@ -126,8 +127,7 @@ def _prepare_topics(kafka: "KafkaSettings", topics: "TopicNames", settings: "Wor
                     retention_ms: int, allow_finite_retention: bool,
                     allow_under_replicated: bool = False) -> None:
     """Create the missing topics, refuse (or warn about) an audit trail that would expire or
-    topics replicated less than the cluster allows, and give the worker's group an offset on
-    every partition it reads (a new route group: where the all-stage workers' group stands)."""
+    topics replicated less than the cluster allows."""
     from streams.kafka.errors import KafkaAdapterError
     from streams.kafka.topics import (
         FiniteRetentionError,
@@ -135,7 +135,6 @@ def _prepare_topics(kafka: "KafkaSettings", topics: "TopicNames", settings: "Wor
         check_audit_retention,
         check_replication,
         ensure_topics,
-        seed_group_offsets,
         standard_topics,
     )
 
@@ -157,7 +156,18 @@ def _prepare_topics(kafka: "KafkaSettings", topics: "TopicNames", settings: "Wor
             for finding in exc.findings:
                 err_console.print(f"traintrace worker: warning: {escape(finding.describe())} "
                                   f"(--allow-under-replicated)", highlight=False, soft_wrap=True)
-        reads = [t for t, yes in ((topics.events, settings.routes), (topics.by_cohort, settings.folds)) if yes]
+    except KafkaAdapterError as exc:
+        fail(str(exc))
+
+
+def _seed_offsets(kafka: "KafkaSettings", topics: "TopicNames", settings: "WorkerSettings") -> None:
+    """Give the worker's group an offset on every partition it reads (a new route group: where
+    the all-stage workers' group stands)."""
+    from streams.kafka.errors import KafkaAdapterError
+    from streams.kafka.topics import seed_group_offsets
+
+    reads = [t for t, yes in ((topics.events, settings.routes), (topics.by_cohort, settings.folds)) if yes]
+    try:
         seed_group_offsets(kafka, settings.group_id, reads,
                            like=settings.app_id if settings.group_id != settings.app_id else None)
     except KafkaAdapterError as exc:

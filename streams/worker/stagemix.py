@@ -20,6 +20,8 @@ from typing import Iterable
 
 from confluent_kafka import KafkaException
 
+from streams.kafka.errors import KafkaAdapterError
+from streams.kafka.retry import retry_transient
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames
 from streams.worker.errors import WorkerError
@@ -51,12 +53,16 @@ def conflict(stages: str, app_id: str, topics: TopicNames, members: dict[str, li
 
 
 def group_members(kafka: KafkaSettings, groups: Iterable[str], timeout: float = 10.0) -> dict[str, list[set[str]]]:
-    """Group -> the topics each member holds partitions of (a group without members: none)."""
-    groups = list(groups)
+    """Group -> the topics each member holds partitions of (a group without members: none).
+    Retriable errors are retried for ``timeout`` seconds (:func:`streams.kafka.retry.retry_transient`)."""
     admin = kafka.admin()
     out: dict[str, list[set[str]]] = {}
-    for group, fut in admin.describe_consumer_groups(groups, request_timeout=timeout).items():
-        d = fut.result(timeout=timeout)  # retried: the caller's one try, then it goes on (check_stage_mix)
+    for group in groups:
+        def describe(left: float, group: str = group):
+            fut = admin.describe_consumer_groups([group], request_timeout=left)[group]  # retried: retry_transient
+            return fut.result(timeout=left + 1)
+
+        d = retry_transient(describe, f"the members of group {group}", timeout)
         out[group] = [{tp.topic for tp in m.assignment.topic_partitions} for m in d.members]
     return out
 
@@ -67,7 +73,7 @@ def check_stage_mix(kafka: KafkaSettings, stages: str, app_id: str, topics: Topi
     and the worker starts: the check is a guard rail, not a lock."""
     try:
         members = group_members(kafka, (app_id, route_group(app_id)))
-    except (KafkaException, TimeoutError, OSError) as exc:
+    except (KafkaAdapterError, KafkaException, TimeoutError, OSError) as exc:
         log.warning("could not look for workers of another --stages (%s): starting without the check", exc)
         return
     why = conflict(stages, app_id, topics, members)
