@@ -351,6 +351,22 @@ def _batches_to_end(kafka: KafkaSettings, topics: list[str], timeout: float, con
         consumer.close()
 
 
+def _assign_all(c: _Consumer, bootstrap: str, topic: str, from_beginning: bool, connect_timeout: float) -> None:
+    """Assign every partition of ``topic`` to ``c``, at its beginning or (only new records) its end."""
+    parts = _partitions(c, bootstrap, topic, connect_timeout)
+    start = OFFSET_BEGINNING if from_beginning else OFFSET_END
+    c.consumer.assign([TopicPartition(topic, p, start) for p in parts])
+
+
+def _told(c: _Consumer, err: KafkaError, topic: str, bootstrap: str) -> None:
+    """A record's error while following ``topic``: a fatal one raises :class:`ReaderError` (a
+    refusal its one line), any other is logged and the follow goes on."""
+    if _fatal(err):
+        c.refused(err, topic)
+        raise ReaderError(f"reading {topic!r} on {bootstrap} failed: {err.str()}")
+    client_logger.warning("reading %s: %s", topic, err.str())
+
+
 def follow(kafka: KafkaSettings | str, topic: str, from_beginning: bool = False, *,
            idle_timeout: float | None = None, max_messages: int | None = None,
            connect_timeout: float = CONNECT_TIMEOUT, poll_interval: float = 0.5) -> Iterator[Message]:
@@ -368,9 +384,7 @@ def follow(kafka: KafkaSettings | str, topic: str, from_beginning: bool = False,
     c = _consumer(kafka)
     consumer = c.consumer
     try:
-        parts = _partitions(c, bootstrap, topic, connect_timeout)
-        start = OFFSET_BEGINNING if from_beginning else OFFSET_END
-        consumer.assign([TopicPartition(topic, p, start) for p in parts])
+        _assign_all(c, bootstrap, topic, from_beginning, connect_timeout)
         seen = 0
         last = time.monotonic()
         while True:
@@ -382,10 +396,7 @@ def follow(kafka: KafkaSettings | str, topic: str, from_beginning: bool = False,
                 continue
             err = msg.error()
             if err is not None:
-                if _fatal(err):
-                    c.refused(err, topic)
-                    raise ReaderError(f"reading {topic!r} on {bootstrap} failed: {err.str()}")
-                client_logger.warning("reading %s: %s", topic, err.str())
+                _told(c, err, topic, bootstrap)
                 continue
             last = time.monotonic()
             yield _message(msg)
@@ -403,13 +414,10 @@ def follow_batches(kafka: KafkaSettings | str, topic: str, from_beginning: bool 
     its records as they arrive, up to ``batch`` at a time (one ``consume()`` call each: the
     thread gives the GIL up once a batch, not once a record), until ``stop`` (an Event) is set."""
     kafka = KafkaSettings.of(kafka)
-    bootstrap = kafka.bootstrap
     c = _consumer(kafka)
     consumer = c.consumer
     try:
-        parts = _partitions(c, bootstrap, topic, connect_timeout)
-        start = OFFSET_BEGINNING if from_beginning else OFFSET_END
-        consumer.assign([TopicPartition(topic, p, start) for p in parts])
+        _assign_all(c, kafka.bootstrap, topic, from_beginning, connect_timeout)
         while stop is None or not stop.is_set():
             out = []
             for msg in consumer.consume(batch, poll_interval):
@@ -417,10 +425,7 @@ def follow_batches(kafka: KafkaSettings | str, topic: str, from_beginning: bool 
                 if err is None:
                     out.append((msg.key(), msg.value()))
                 elif err.code() != KafkaError._PARTITION_EOF:
-                    if _fatal(err):
-                        c.refused(err, topic)
-                        raise ReaderError(f"reading {topic!r} on {bootstrap} failed: {err.str()}")
-                    client_logger.warning("reading %s: %s", topic, err.str())
+                    _told(c, err, topic, kafka.bootstrap)
             if out:
                 yield out
     finally:
