@@ -13,8 +13,8 @@ way the decide agent of ``traintrace worker`` does (``streams/worker/stages.py``
 - ``referee.commitments(ts)`` after a batch that published a manifest, and every
   ``--commit-every`` (10k) events with ``referee.tick`` and ``due_ticks`` (the worker's timers);
 - the ``CheckpointStatus`` records published go through the worker's checkpoint view
-  (``checkpoint_view.CheckpointView``: every worker decodes the compacted ``lineage.checkpoints`` back
-  into a dict checkpoint_id -> record, for ``/checkpoints/{id}``); ``--no-view`` leaves it out.
+  (``checkpoint_view.CheckpointView``: every worker keeps the compacted ``lineage.checkpoints``,
+  checkpoint_id -> the record's bytes, for ``/checkpoints/{id}``); ``--no-view`` leaves it out.
 
 The events are those of the ``kill -9`` integration test scaled up (``generate_cohorts`` with
 ``divergence_rate=0.1, exploit_every=40, exploit_prob=0.6, alias_prob=0.05``): 2000 jobs in
@@ -161,15 +161,13 @@ def fold(args: argparse.Namespace, marks: list[int], at_mark) -> dict:
     state = {"n": 0, "batch": 0, "since": 0, "commitments": 0}
     cur: list = []
     cur_cohort: list[str | None] = [None]
-    view_put = getattr(ckview, "put", None) or (lambda rec: ckview.status.__setitem__(rec["checkpoint_id"], rec))
 
     def publish(emissions) -> None:
         if view is None:
             return
         for em in emissions:
             if em.topic == "checkpoints":  # CheckpointView reads lineage.checkpoints back
-                _name, rec = codec.decode_record(codec.encode_record(em.record, em.value))
-                view_put(rec)  # as CheckpointView._run does
+                ckview.put_raw(em.key.encode(), codec.encode_record(em.record, em.value))  # as its thread does
 
     def flush() -> None:
         if not cur:

@@ -25,8 +25,6 @@ from streams.cli.common import (
 from streams.worker.settings import WORKER_SETTINGS
 
 if TYPE_CHECKING:
-    from streams.kafka.settings import KafkaSettings
-    from streams.kafka.topics import TopicNames
     from streams.worker.settings import WorkerSettings
 
 
@@ -89,10 +87,10 @@ def worker(bootstrap, kafka_config, topic_prefix, reset_data_dir, retention_ms, 
         settings = WorkerSettings.from_values(values, bootstrap=kafka.bootstrap, topics=topics, kafka=kafka)
     except ValueError as exc:  # job keys that do not load
         fail(str(exc))
-    _prepare_topics(kafka, topics, settings, retention_ms, allow_finite_retention, allow_under_replicated)
+    _prepare_topics(settings, retention_ms, allow_finite_retention, allow_under_replicated)
     # before the route group's offsets are seeded from the app id's: only once no all-stage worker moves those
     _check_stage_mix(settings)
-    _seed_offsets(kafka, topics, settings)
+    _seed_offsets(settings)
     _prepare_data_dir(settings, reset_data_dir)
     stages = "" if settings.stages == "all" else f"{settings.stages} stage only (group {settings.group_id}), "
     err_console.print(f"traintrace worker: Kafka {kafka.bootstrap}, topics {topics.events} -> {topics.control}, {stages}"
@@ -123,8 +121,7 @@ def _watch_note(trusted_keys: Path | None) -> str:
     return f"control verified with {len(ring)} trusted key(s) (a forgery raises CONTROL_FORGED)"
 
 
-def _prepare_topics(kafka: "KafkaSettings", topics: "TopicNames", settings: "WorkerSettings",
-                    retention_ms: int, allow_finite_retention: bool,
+def _prepare_topics(settings: "WorkerSettings", retention_ms: int, allow_finite_retention: bool,
                     allow_under_replicated: bool = False) -> None:
     """Create the missing topics, refuse (or warn about) an audit trail that would expire or
     topics replicated less than the cluster allows."""
@@ -138,6 +135,7 @@ def _prepare_topics(kafka: "KafkaSettings", topics: "TopicNames", settings: "Wor
         standard_topics,
     )
 
+    kafka, topics = settings.kafka, settings.topics
     try:
         ensure_topics(kafka, standard_topics(topics, settings.partitions, retention_ms=retention_ms))
         try:  # the audit trail must not expire: refuse a log that would lose records (one line)
@@ -160,15 +158,16 @@ def _prepare_topics(kafka: "KafkaSettings", topics: "TopicNames", settings: "Wor
         fail(str(exc))
 
 
-def _seed_offsets(kafka: "KafkaSettings", topics: "TopicNames", settings: "WorkerSettings") -> None:
+def _seed_offsets(settings: "WorkerSettings") -> None:
     """Give the worker's group an offset on every partition it reads (a new route group: where
     the all-stage workers' group stands)."""
     from streams.kafka.errors import KafkaAdapterError
     from streams.kafka.topics import seed_group_offsets
 
+    topics = settings.topics
     reads = [t for t, yes in ((topics.events, settings.routes), (topics.by_cohort, settings.folds)) if yes]
     try:
-        seed_group_offsets(kafka, settings.group_id, reads,
+        seed_group_offsets(settings.kafka, settings.group_id, reads,
                            like=settings.app_id if settings.group_id != settings.app_id else None)
     except KafkaAdapterError as exc:
         fail(str(exc))

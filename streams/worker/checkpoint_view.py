@@ -56,17 +56,7 @@ class CheckpointView:
 
     def put(self, rec: dict[str, Any]) -> None:
         """Keep a decoded ``CheckpointStatus`` record (the last one of a checkpoint wins)."""
-        ids = rec["incident_ids"]
-        content: bytes | str = rec["content_hash"]
-        try:
-            raw = bytes.fromhex(content)
-            if raw.hex() == content:  # kept as given otherwise: get() must return it unchanged
-                content = raw
-        except ValueError:
-            pass
-        self.status[rec["checkpoint_id"]] = (
-            sys.intern(rec["status"]), sys.intern(rec["job_id"]), rec["incarnation"], rec["step"],
-            content, tuple(map(sys.intern, ids)) if ids else ())
+        self.status[rec["checkpoint_id"]] = _entry(rec)
 
     def put_raw(self, key: bytes | None, value: bytes | None) -> None:
         """Keep a ``lineage.checkpoints`` record as it came (keyed by its checkpoint id; the last
@@ -79,16 +69,14 @@ class CheckpointView:
         entry = self.status.get(checkpoint_id)
         if entry is None:
             return None
-        if isinstance(entry, bytes):
+        if isinstance(entry, bytes):  # as put_raw kept it
             try:
                 _name, rec = self.codec.decode_record(entry)
             except DecodeError:
                 return None
             if rec.get("checkpoint_id") != checkpoint_id:  # a record under another's key: not its status
                 return None
-            return {"checkpoint_id": checkpoint_id, "status": rec["status"], "job_id": rec["job_id"],
-                    "incarnation": rec["incarnation"], "step": rec["step"], "content_hash": rec["content_hash"],
-                    "incident_ids": list(rec["incident_ids"] or ())}
+            entry = _entry(rec)
         status, job_id, incarnation, step, content, ids = entry
         return {"checkpoint_id": checkpoint_id, "status": status, "job_id": job_id,
                 "incarnation": incarnation, "step": step,
@@ -104,6 +92,20 @@ class CheckpointView:
                     put(key, value)
         except Exception:  # pragma: no cover - logged, the view is best effort
             log.exception("checkpoint view stopped")
+
+
+def _entry(rec: dict[str, Any]) -> tuple[str, str, int, int, bytes | str, tuple[str, ...]]:
+    """A decoded ``CheckpointStatus`` as the view's tuple (what :meth:`CheckpointView.get` shows)."""
+    ids = rec["incident_ids"]
+    content: bytes | str = rec["content_hash"]
+    try:
+        raw = bytes.fromhex(content)
+        if raw.hex() == content:  # kept as given otherwise: get() must return it unchanged
+            content = raw
+    except ValueError:
+        pass
+    return (sys.intern(rec["status"]), sys.intern(rec["job_id"]), rec["incarnation"], rec["step"],
+            content, tuple(map(sys.intern, ids)) if ids else ())
 
 
 class DiskView(MutableMapping[str, tuple]):
