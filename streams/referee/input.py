@@ -130,14 +130,17 @@ def fold_batch(codec: Codec, referee: Referee, value: bytes | None, partition: i
         return 0, out
     out = []
     n = 0
+    cohort = batch.cohort
+    handle = referee.handle  # (bound once: this loop runs for every event a worker folds)
+    decode = codec.decode_event_typed
     for routed in batch.events:
         try:
-            event = parse_routed(codec, routed, parsed)
+            event = decode(routed["value"]) if parsed is None else parse_routed(codec, routed, parsed)
         except (DecodeError, InvalidEvent) as exc:
             if on_reject is not None:
                 on_reject(routed, str(exc), "INVALID_EVENT")
             continue
-        handled = referee.handle(batch.cohort, event, ts, partition=partition, publish=publish, ref=routed)
+        handled = handle(cohort, event, ts, partition, publish, None, routed)
         n += 1
         result = handled.result
         if on_reject is not None:

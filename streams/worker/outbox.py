@@ -50,6 +50,7 @@ class Outbox:
         #: a producer's fatal error raised by produce()/poll() in send(): flush() raises its refusal
         self.fatal: Exception | None = None
         self._first_topic: str | None = None  # of the first record since the last flush (for a refusal)
+        self._emitted: dict[str, Any] = {}  # record name -> its traintrace_records_emitted_total child
 
     def _cb(self, err, msg) -> None:
         if err is not None:
@@ -61,17 +62,20 @@ class Outbox:
         those of the record ``value`` encodes (an ``EventBatch``, ...), found by its frame header."""
         if headers is None:
             headers = self.headers.for_value(value)
-        where = {} if partition is None else {"partition": partition}
-        self._first_topic = self._first_topic or topic
+        if self._first_topic is None:
+            self._first_topic = topic
+        producer = self.producer
         try:
             while True:
                 try:
-                    self.producer.produce(topic, key=key, value=value, headers=headers, on_delivery=self._cb,
-                                          **where)
+                    if partition is None:
+                        producer.produce(topic, value, key, on_delivery=self._cb, headers=headers)
+                    else:
+                        producer.produce(topic, value, key, partition, on_delivery=self._cb, headers=headers)
                     break
                 except BufferError:
-                    self.producer.poll(0.05)
-            self.producer.poll(0)
+                    producer.poll(0.05)
+            producer.poll(0)
         except Exception as exc:  # a fatal producer error (no IDEMPOTENT_WRITE: a KafkaException, or the
             # SystemError of a delivery report run while it was pending): the batch's flush fails with it
             self.fatal = self.fatal or exc
@@ -80,7 +84,10 @@ class Outbox:
         topic = getattr(self.topics, em.topic)
         self.send(topic, em.key.encode(), self.codec.encode_record(em.record, em.value),
                   self.headers.record(em.record))
-        metrics.EMITTED.labels(em.record).inc()
+        counter = self._emitted.get(em.record)
+        if counter is None:  # (the labelled counter, looked up once a record type)
+            counter = self._emitted[em.record] = metrics.EMITTED.labels(em.record)
+        counter.inc()
 
     def dead_letter(self, record: dict[str, Any], original_headers: Any = None) -> None:
         """Produce a ``DeadLetter``; the original record's headers are ``original_headers`` or

@@ -220,3 +220,62 @@ def test_an_acknowledgement_that_restored_something_else_raises_an_alert():
     assert alerts[0]["details"]["target_checkpoint_id"] == "A-480" and "its base" in alerts[0]["message"]
     _cmd, alerts = _acknowledge(lines, "A", None, 0, from_scratch=True)
     assert len(alerts) == 1 and "from scratch" in alerts[0]["message"]
+
+
+def test_stats_count_every_outcome_of_the_fold():
+    """The referee's counters, event by event, from what each fold did: events folded (the
+    event and those its seal released), identical redeliveries, rejections (the event, or held
+    events the seal gate refused) and events waiting for their seal — over a sealed cohort with
+    redeliveries, a conflicting redelivery and a forged seal."""
+    from dataclasses import replace
+
+    from streams.core.events import Progress
+    from streams.testing.cohort import seal_events
+
+    dicts = list(seal_events(generate_cohorts(jobs=9, cohort_size=3, steps=600, seed=5), every=7))
+    events = [parse_event(d) for d in dicts]
+    cut = 2 * len(events) // 3
+    feed = list(events[:cut]) + list(events[cut // 4:cut // 4 + 50])  # identical redeliveries
+    # a conflicting redelivery (same job and seq, other content) and an event of a later seq
+    # whose seal is forged
+    prog = next(e for e in events[:cut] if isinstance(e, Progress))
+    feed.append(replace(prog, step=prog.step + 1_000))
+    forged = next(e for e in events[cut:] if e.signature is not None)
+    feed.append(replace(forged, signature="00" * 64))
+    feed.extend(events[cut:])
+    router = CohortRouter()
+    ref = Referee()
+    want = {"events": 0, "duplicates": 0, "rejected": 0, "held": 0}
+    for i, ev in enumerate(feed):
+        cohort = router.route(ev)
+        lin = ref.engines.get(cohort)
+        held_before = lin.seals.holding if lin is not None else 0
+        r = ref.handle(cohort, ev, 1_000 + i).result
+        want["events"] += (1 if r.accepted else 0) + len(r.released)
+        want["duplicates"] += r.duplicate
+        want["rejected"] += (not r.accepted and not r.duplicate and not r.held and not r.refused) + len(r.refused)
+        want["held"] += ref.engines[cohort].seals.holding - held_before
+        got = {k: getattr(ref.stats, k) for k in want}
+        assert got == want, (i, type(ev).__name__)
+    assert want["duplicates"] >= 50 and want["rejected"] >= 1 and want["events"] > 0
+    # every event was folded, refused or is still held
+    assert ref.stats.held == sum(lin.seals.holding for lin in ref.engines.values())
+
+
+def test_checkpoint_status_is_the_value_of_its_typed_record():
+    """The referee builds CheckpointStatus values directly (one every sixth event); they are
+    the values, and the bytes, of the typed record's way."""
+    from streams.core.state import Checkpoint
+    from streams.referee.records import checkpoint_status, checkpoint_status_typed
+
+    lines = load_lines("14_pbt_cohort")
+    ref = Referee()
+    run(ref, routed_events(lines))
+    cks = [ck for lin in ref.engines.values() for ck in lin.state.checkpoints.values()]
+    assert any(ck.sources for ck in cks) and any(not ck.sources for ck in cks)
+    for ck in cks:
+        assert isinstance(ck, Checkpoint)
+        for cohort, ids in ((None, []), ("c1", ["inc-b", "inc-a"]), ("c2", ["inc-a"])):
+            fast, typed = checkpoint_status(ck, cohort, ids, 1_234), checkpoint_status_typed(ck, cohort, ids, 1_234)
+            assert fast == typed
+            assert CODEC.encode_record(fast.record, fast.value) == CODEC.encode_record(typed.record, typed.value)
