@@ -225,7 +225,8 @@ def test_num_to_keep_rotates_through_the_referee_and_keeps_the_target(ray_cluste
     """``CheckpointConfig(num_to_keep=2)`` with a settle horizon on the worker (SPEC §13): Tune's
     rotation is the scheduler's, through the referee. Each trial checkpoints every iteration; the
     older ones go as they become deletable; a trial diverging at iteration 8 is rolled back to
-    its iteration-7 checkpoint, which the rotation kept, and restores it with no substitution."""
+    its iteration-7 checkpoint, which the rotation kept until then, and restores it with no
+    substitution."""
     torch.set_num_threads(1)
     run = lineage_cohort(extra_args=["--settle-horizon", "1", "--retention-interval", "0.2"])
     # 14 iterations: the rolled-back trial trains 6 more after its rollback (2.4 s of pace), time
@@ -245,7 +246,14 @@ def test_num_to_keep_rotates_through_the_referee_and_keeps_the_target(ray_cluste
     events = run.events()
     deleted = [e["checkpoint_id"] for e in events if e["type"] == "CheckpointDeleted"]
     written = [e["checkpoint_id"] for e in events if e["type"] == "CheckpointWritten"]
-    assert f"{p}-7" not in deleted and all(j.keep == 2 for j in pbt.jobs.values())
+    assert all(j.keep == 2 for j in pbt.jobs.values())
+    # the target was kept until the trial restored it; after its rollback it may go (SPEC §13: it
+    # and a later settled clean checkpoint of the new incarnation both lie in its ancestry), which
+    # a run long enough for the worker's notices to catch up shows
+    mine = [e for e in events if e["job_id"] == p]
+    restored_at = next(i for i, e in enumerate(mine) if e["type"] == "RolledBack")
+    assert not any(e["type"] == "CheckpointDeleted" and e["checkpoint_id"] == f"{p}-7" for e in mine[:restored_at])
+    assert mine[restored_at]["restored_checkpoint_id"] == f"{p}-7"
     # how many go depends on how far the worker's notices trail the trials (a loaded machine: the
     # healthy trial may end before any of its checkpoints is listed); the rolled-back trial runs
     # on after the worker folded its divergence, so its older checkpoints are listed by then
