@@ -41,6 +41,7 @@ from streams.referee.referee import Referee  # noqa: E402
 from streams.testing.cohort import generate_cohorts  # noqa: E402
 from streams.worker.gctune import tune  # noqa: E402
 from streams.worker.router import RawRecord, Router  # noqa: E402
+from streams.worker.stages import EVENTS_PER_BATCH  # noqa: E402
 
 T0 = 1_760_000_000_000
 
@@ -63,8 +64,9 @@ def routed_records(codec: Codec, events: int, partitions: int, chunk: int) -> tu
             raws = [RawRecord("events", p, done[p] + i, k, v) for i, (k, v) in enumerate(batch)]
             done[p] += len(batch)
             for cohort, evs in router.route(raws, T0).batches.items():
-                for i in range(0, len(evs), 1000):
-                    out.append((zlib.crc32(cohort.encode()) % partitions, codec.encode_event_batch(cohort, evs[i:i + 1000])))
+                for i in range(0, len(evs), EVENTS_PER_BATCH):  # as the route stage's finish splits them
+                    out.append((zlib.crc32(cohort.encode()) % partitions,
+                                codec.encode_event_batch(cohort, evs[i:i + EVENTS_PER_BATCH])))
     return len(dicts), out
 
 

@@ -167,7 +167,7 @@ def checkpoint_status(ck: Checkpoint, cohort_id: str | None, incident_ids: list[
     """The CheckpointStatus of ``ck`` on lineage.checkpoints. The referee publishes one for
     every checkpoint written (a sixth of a training cohort's events), so its value is built
     here as the plain value :meth:`Emission.of` would give of the typed record (a third of
-    the cost; ``tests/unit/test_referee_records.py`` holds the two equal);
+    the cost; ``tests/unit/test_referee.py`` holds the two equal);
     :func:`checkpoint_status_typed` is that typed way."""
     return Emission("checkpoints", ck.id, "CheckpointStatus", {
         "checkpoint_id": ck.id, "job_id": ck.job_id, "cohort_id": cohort_id, "incarnation": ck.incarnation,

@@ -62,20 +62,17 @@ class Outbox:
         those of the record ``value`` encodes (an ``EventBatch``, ...), found by its frame header."""
         if headers is None:
             headers = self.headers.for_value(value)
-        if self._first_topic is None:
-            self._first_topic = topic
-        producer = self.producer
+        where = {} if partition is None else {"partition": partition}
+        self._first_topic = self._first_topic or topic
         try:
             while True:
                 try:
-                    if partition is None:
-                        producer.produce(topic, value, key, on_delivery=self._cb, headers=headers)
-                    else:
-                        producer.produce(topic, value, key, partition, on_delivery=self._cb, headers=headers)
+                    self.producer.produce(topic, key=key, value=value, headers=headers, on_delivery=self._cb,
+                                          **where)
                     break
                 except BufferError:
-                    producer.poll(0.05)
-            producer.poll(0)
+                    self.producer.poll(0.05)
+            self.producer.poll(0)
         except Exception as exc:  # a fatal producer error (no IDEMPOTENT_WRITE: a KafkaException, or the
             # SystemError of a delivery report run while it was pending): the batch's flush fails with it
             self.fatal = self.fatal or exc
