@@ -102,6 +102,30 @@ class ParsedEvents:
         return entry[1]
 
 
+class _Undecodable:
+    """In place of the event a RoutedEvent did not decode to: why (the error's message)."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def _decoded(codec: Codec, events: list[dict[str, Any]],
+             parsed: "ParsedEvents | None") -> list[tuple[dict[str, Any], "Event | _Undecodable"]]:
+    """Each RoutedEvent of a batch with its event, or with an :class:`_Undecodable` saying why
+    it has none (DecodeError, InvalidEvent), in order."""
+    decode = codec.decode_event_typed
+    items: list[tuple[dict[str, Any], Event | _Undecodable]] = []
+    append = items.append
+    for routed in events:
+        try:
+            append((routed, decode(routed["value"]) if parsed is None else parse_routed(codec, routed, parsed)))
+        except (DecodeError, InvalidEvent) as exc:
+            append((routed, _Undecodable(str(exc))))
+    return items
+
+
 #: reject(routed event or None for the whole record, reason, error kind): what could not be folded
 Reject = Callable[[dict[str, Any] | None, str, str], None]
 
@@ -131,14 +155,17 @@ def fold_batch(codec: Codec, referee: Referee, value: bytes | None, partition: i
     out = []
     n = 0
     cohort = batch.cohort
+    # Every event of the record is decoded first, then all are folded, in order: the same calls
+    # and the same rejects in the same order as one event at a time (a decode is a pure function
+    # of the bytes), but the two loops apart cost ~4 µs an event less than interleaved
+    # (bench/bench_fold_stage.py, "decoded first": 25.3 -> 21.1 µs an event), each loop's code
+    # and memory staying warm through its run.
+    items = _decoded(codec, batch.events, parsed)
     handle = referee.handle  # (bound once: this loop runs for every event a worker folds)
-    decode = codec.decode_event_typed
-    for routed in batch.events:
-        try:
-            event = decode(routed["value"]) if parsed is None else parse_routed(codec, routed, parsed)
-        except (DecodeError, InvalidEvent) as exc:
+    for routed, event in items:
+        if isinstance(event, _Undecodable):
             if on_reject is not None:
-                on_reject(routed, str(exc), "INVALID_EVENT")
+                on_reject(routed, event.reason, "INVALID_EVENT")
             continue
         handled = handle(cohort, event, ts, partition, publish, None, routed)
         n += 1
