@@ -150,13 +150,7 @@ def throughput(bootstrap: str, args, tmp: Path) -> dict:
     prefix = f"bench{uuid.uuid4().hex[:6]}."
     topics = TopicNames.from_env(prefix)
     ensure_topics(bootstrap, standard_topics(topics, args.partitions))
-    per_job = 800 // args.progress_every + 800 // 50 + 4  # about (see generate_cohorts)
-    jobs = max(20, args.events // per_job)
-    events = generate_cohorts(jobs=jobs, cohort_size=20, steps=800, seed=3, progress_every=args.progress_every)
-    if args.seals == "on":
-        events = seal_events(events, every=args.seal_every)
-    elif args.seals == "chain":
-        events = chain_events(events)
+    events, jobs = bench_events(args)
     n = produce(bootstrap, topics.events, events)
     raw = raw_consume_decode(bootstrap, topics.events, n)
     # the same with the worker's own decoder (the hand reader straight to the typed event, what
@@ -214,11 +208,70 @@ def throughput(bootstrap: str, args, tmp: Path) -> dict:
     finally:
         for w in workers:
             w.kill()
-    return {"events": n, "jobs": jobs, "partitions": args.partitions, "workers": args.workers, "layout": args.stages,
+    # the pure fold of the same events, on the same machine, in this run (the workers stopped)
+    pure_us = pure_fold_us(args)
+    live_us = 1e6 / (rate / args.workers)
+    return {"pure_fold_us_per_event": pure_us, "live_us_per_event": live_us, "live_over_pure_fold": live_us / pure_us,
+            "events": n, "jobs": jobs, "partitions": args.partitions, "workers": args.workers, "layout": args.stages,
             "raw_consume_decode_per_s": raw, "fold_per_s": rate, "fold_per_s_per_worker": rate / args.workers,
             "ratio_fold_over_raw": rate / raw, "raw_consume_typed_per_s": raw_typed,
             "ratio_fold_over_raw_typed": rate / raw_typed, "catch_up_per_s": catch_up, "ratio_catch_up_over_raw": catch_up / raw,
             "join_s": join_s, "stages": stages, "stages_wall_s": stages_wall, "cpu_us_per_event": cpu_us}
+
+
+def bench_events(args):
+    """The generated events of the throughput run (dicts, in the order produced) and its jobs."""
+    per_job = 800 // args.progress_every + 800 // 50 + 4  # about (see generate_cohorts)
+    jobs = max(20, args.events // per_job)
+    events = generate_cohorts(jobs=jobs, cohort_size=20, steps=800, seed=3, progress_every=args.progress_every)
+    if args.seals == "on":
+        events = seal_events(events, every=args.seal_every)
+    elif args.seals == "chain":
+        events = chain_events(events)
+    return events, jobs
+
+
+def pure_fold_us(args, repeats: int = 2) -> float:
+    """Microseconds per event of the pure fold of the throughput run's own events, in this
+    process: the core alone (``Lineage.fold`` + ``decide`` per event, one engine per cohort, as
+    the worker keeps them), events parsed before the clock starts, the worker's garbage collector
+    settings; best of ``repeats``. The live cost per event ÷ this is the issue 27 ratio on the
+    same events and machine in one run (``bench_core``'s probe folds other events, with CPython's
+    default collector)."""
+    import gc
+
+    from streams.core.cohorts import CohortRouter
+    from streams.core.decide import Lineage
+    from streams.core.events import parse_event
+    from streams.worker.gctune import THRESHOLDS
+
+    dicts, _jobs = bench_events(args)
+    parsed = [parse_event(d) for d in dicts]
+    before = gc.get_threshold()
+    gc.set_threshold(*THRESHOLDS)
+    try:
+        best = float("inf")
+        for _ in range(repeats):
+            route = CohortRouter({}).route
+            engines: dict[str, Lineage] = {}
+            gc.collect()
+            t = time.perf_counter()
+            for i, e in enumerate(parsed):
+                cohort = route(e)
+                lin = engines.get(cohort)
+                if lin is None:
+                    lin = engines[cohort] = Lineage()
+                lin.fold(e, T_PURE + i)
+                lin.decide()
+            best = min(best, time.perf_counter() - t)
+            del engines
+    finally:
+        gc.set_threshold(*before)
+    return 1e6 * best / len(parsed)
+
+
+#: the clock of the pure fold (any fixed start: decisions need not match the live run's)
+T_PURE = 1_760_000_000_000
 
 
 def incident_events(k: int, t0: int):
@@ -490,7 +543,7 @@ def alternate(args) -> None:
                     rates[kind].append(r["fold_per_s_per_worker"])
                     raw.append(r["raw_consume_decode_per_s"])
                     print(f"round {i + 1} {label[kind]}: {r['fold_per_s_per_worker']:,.0f} events/s per worker "
-                          f"({r['events']:,} events)", file=sys.stderr)
+                          f"({r['events']:,} events; x{r['live_over_pure_fold']:.2f} the pure fold)", file=sys.stderr)
     finally:
         if broker is not None:
             broker.stop()
@@ -553,6 +606,10 @@ def print_report(report: dict, signing: str, title: str | None = None) -> None:
         t.add_row(f"fold rate, {r['workers']} worker(s){how}", f"{r['fold_per_s']:,.0f} events/s", "")
         t.add_row("events/s per worker", f"{r['fold_per_s_per_worker']:,.0f}", ">= 20,000")
         t.add_row("fold rate / raw consume+decode", f"{r['ratio_fold_over_raw']:.3f}", ">= 0.3")
+        if "live_over_pure_fold" in r:
+            t.add_row("live cost per event / the pure fold of the same events",
+                      f"{r['live_us_per_event']:.1f} / {r['pure_fold_us_per_event']:.1f} µs = "
+                      f"x{r['live_over_pure_fold']:.2f}", "<= x2")
         if "raw_consume_typed_per_s" in r:
             t.add_row("  raw consume + the worker's typed decode",
                       f"{r['raw_consume_typed_per_s']:,.0f} events/s (fold / it {r['ratio_fold_over_raw_typed']:.3f})", "")
