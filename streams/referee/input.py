@@ -157,9 +157,9 @@ def fold_batch(codec: Codec, referee: Referee, value: bytes | None, partition: i
     cohort = batch.cohort
     # Every event of the record is decoded first, then all are folded, in order: the same calls
     # and the same rejects in the same order as one event at a time (a decode is a pure function
-    # of the bytes), but the two loops apart cost ~4 µs an event less than interleaved
-    # (bench/bench_fold_stage.py, "decoded first": 25.3 -> 21.1 µs an event), each loop's code
-    # and memory staying warm through its run.
+    # of the bytes), but the two loops apart cost ~3-4 µs an event less than interleaved
+    # (bench/bench_fold_stage.py: its fifth part against its sixth, 23.2 against 26.6 µs an
+    # event), each loop's code and memory staying warm through its run.
     items = _decoded(codec, batch.events, parsed)
     handle = referee.handle  # (bound once: this loop runs for every event a worker folds)
     for routed, event in items:
