@@ -231,6 +231,10 @@ def bench_events(args):
     return events, jobs
 
 
+#: the clock of the pure fold (any fixed start: decisions need not match the live run's)
+T_PURE = 1_760_000_000_000
+
+
 def pure_fold_us(args, repeats: int = 2) -> float:
     """Microseconds per event of the pure fold of the throughput run's own events, in this
     process: the core alone (``Lineage.fold`` + ``decide`` per event, one engine per cohort, as
@@ -269,9 +273,6 @@ def pure_fold_us(args, repeats: int = 2) -> float:
         gc.set_threshold(*before)
     return 1e6 * best / len(parsed)
 
-
-#: the clock of the pure fold (any fixed start: decisions need not match the live run's)
-T_PURE = 1_760_000_000_000
 
 
 def incident_events(k: int, t0: int):

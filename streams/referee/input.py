@@ -103,7 +103,9 @@ class ParsedEvents:
 
 
 class _Undecodable:
-    """In place of the event a RoutedEvent did not decode to: why (the error's message)."""
+    """In place of the event a RoutedEvent did not decode to: why (the error's message). Not the
+    exception itself: its traceback holds the frame that holds the batch's list, a cycle left to
+    the worker's rare collections (streams.worker.gctune) for every bad event."""
 
     __slots__ = ("reason",)
 
