@@ -263,6 +263,13 @@ class WorkerSettings:
         return self.stages in ("all", "fold")
 
     @property
+    def all_fed(self) -> bool:
+        """Whether every input this worker's Faust consumer subscribes to is read by a feed
+        (:mod:`streams.worker.feed`): then Faust only keeps the group, and whatever its consumer
+        fetches is skipped (:data:`streams.worker.faust_app.FAUST_FETCH_BYTES_FED`)."""
+        return (not self.routes or self.route_feed == "direct") and (not self.folds or self.fold_feed == "direct")
+
+    @property
     def group_id(self) -> str:
         """The consumer group of this worker's inputs (Faust's app id): :func:`route_group` of the
         app id for a route-only worker, the app id otherwise."""
