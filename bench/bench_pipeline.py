@@ -3,7 +3,8 @@
 1. Throughput: N generated cohort events are put on a fresh ``lineage.events``; a raw
    confluent-kafka consumer reads and decodes them all (the baseline rate); then ``--workers``
    worker processes route and fold them. The fold rate is measured from the workers'
-   ``traintrace_events_folded_total`` between 10% and 90% of the events (start-up excluded).
+   ``traintrace_events_folded_total`` (read from ``/health``, which does not render every metric)
+   between 10% and 90% of the events (start-up excluded).
    Printed: events/s per worker and fold rate ÷ raw consume+decode rate; and the catch-up rate,
    the events left over the time from the workers' partitions taken over (``/health``) to the
    last one folded (the 10–90 % window can fall where the two stages take turns: issue 27); the
@@ -140,7 +141,7 @@ def folded(workers) -> float:
     total = 0.0
     for w in workers:
         try:
-            total += w.metric("traintrace_events_folded_total")
+            total += w.folded()  # /health's "folded": traintrace_events_folded_total, without rendering /metrics
         except Exception:
             pass
     return total

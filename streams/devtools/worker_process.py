@@ -77,6 +77,11 @@ class WorkerProcess:
                 total += float(line.rsplit(" ", 1)[1])
         return total
 
+    def folded(self, timeout: float = 5.0) -> float:
+        """The events the worker folded since it started (``traintrace_events_folded_total``),
+        from ``/health``: a bench that polls it does not make the worker render every metric."""
+        return float(self.get("/health", timeout=timeout).get("folded", 0))
+
     def wait_ready(self, timeout: float = 90.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

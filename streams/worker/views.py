@@ -19,8 +19,9 @@ from streams.worker import metrics
 from streams.worker.resting import job_row as _job_view  # the row of /jobs, in memory or resting
 
 
-def register(app, referee, ckview, lock, health=None, owned=None, snapshots=None) -> None:
+def register(app, referee, ckview, lock, health=None, owned=None, snapshots=None, folded=None) -> None:
     """``owned``: a callable giving the input partitions this worker processes, by stage;
+    ``folded``: one giving the events folded since the worker started (``traintrace_events_folded_total``);
     ``snapshots``: the :class:`~streams.worker.snapshots.SnapshotStore` whose cohorts out of
     memory the views show too."""
 
@@ -98,4 +99,6 @@ def register(app, referee, ckview, lock, health=None, owned=None, snapshots=None
                    resting=len(snapshots.out_of_memory) if snapshots is not None else 0)
         if owned is not None:  # what it processes now: nothing until its first assignment is taken over
             out["partitions"] = owned()
+        if folded is not None:  # what a bench polls: /metrics renders every metric, this one number
+            out["folded"] = folded()
         return web.json(out, status=503 if out["state"] == "dead" else 200)

@@ -153,3 +153,5 @@ def test_poison_and_invalid_events_go_to_the_dlq_and_the_worker_stays_up(pipelin
     assert health["ok"]
     # /health says what it processes: both input stages' partitions, taken over
     assert health["partitions"] == {"events": [0, 1], "by_cohort": [0, 1]}
+    # and how many events it folded (what the benches poll): the metric's count, without /metrics
+    assert health["folded"] == workers[0].folded() == workers[0].metric("traintrace_events_folded_total") > 0
