@@ -9,7 +9,9 @@ chunks of ``--chunk`` records), and then, with the worker's garbage collector se
 3. the decode of the records: the ``EventBatch`` and each event by hand;
 4. the encoding of every record the referee decides to publish;
 5. all of it as the fold stage runs it: ``fold_batch`` and the encoding;
-6. the same work with each event decoded and then folded before the next is decoded.
+6. the same work with each event decoded and then folded before the next is decoded;
+7. 5 in an all-stage worker: each record handed over by the route stage of the same process
+   with the events it parsed (``ParsedEvents``: its put and take timed, nothing read or decoded).
 
 Printed: microseconds per event of each (best of ``--repeats``), and all of it ÷ the core alone
 (the share of the fold stage's work that is not the core). 1 and 2 fold events decoded before
@@ -38,7 +40,7 @@ sys.path.insert(0, str(REPO))
 
 from streams.codec import Codec  # noqa: E402
 from streams.core.decide import Lineage  # noqa: E402
-from streams.referee.input import fold_batch, read_batch  # noqa: E402
+from streams.referee.input import ParsedEvents, fold_batch, read_batch  # noqa: E402
 from streams.referee.referee import Referee  # noqa: E402
 from streams.testing.cohort import generate_cohorts  # noqa: E402
 from streams.worker.gctune import tune  # noqa: E402
@@ -146,11 +148,22 @@ def main() -> None:
                 codec.encode_record(em.record, em.value)
                 codec.headers.record(em.record)
 
+    def handed() -> None:  # 5 with every record handed over (an all-stage worker's fold)
+        ref = Referee()
+        parsed = ParsedEvents(limit=n + 1)
+        for (_p, value), (_p2, cohort, evs) in zip(records, decoded):
+            parsed.put(value, cohort, evs)
+        for i, (p, value) in enumerate(records):
+            for em in fold_batch(codec, ref, value, p, i, T0 + i, True, lambda *a: None, parsed)[1]:
+                codec.encode_record(em.record, em.value)
+                codec.headers.record(em.record)
+
     report = {"events": n, "records": len(records), "core_us": timed(core), "referee_us": timed(referee),
               "decode_us": timed(decode), "encode_us": timed(encode), "published": len(emitted),
-              "stage_us": timed(stage), "interleaved_us": timed(interleaved)}
+              "stage_us": timed(stage), "interleaved_us": timed(interleaved), "handed_us": timed(handed)}
     report["stage_over_core"] = report["stage_us"] / report["core_us"]
     report["interleaved_over_stage"] = report["interleaved_us"] / report["stage_us"]
+    report["handed_over_core"] = report["handed_us"] / report["core_us"]
     if args.json:
         print(json.dumps(report, indent=2))
         return
@@ -160,10 +173,12 @@ def main() -> None:
                        ("decode (EventBatch, then each event)", "decode_us"),
                        ("encoding what is published", "encode_us"),
                        ("the fold stage (fold_batch + encoding)", "stage_us"),
-                       ("6: the same, decoded and folded in turn", "interleaved_us")):
+                       ("6: the same, decoded and folded in turn", "interleaved_us"),
+                       ("7: 5, every record handed over", "handed_us")):
         print(f"  {label:42s} {report[key]:6.2f} us an event")
     print(f"  the fold stage / the core alone: x{report['stage_over_core']:.2f}")
     print(f"  decoded and folded in turn / the fold stage: x{report['interleaved_over_stage']:.2f}")
+    print(f"  handed over / the core alone: x{report['handed_over_core']:.2f}")
 
 
 if __name__ == "__main__":

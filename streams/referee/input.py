@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import islice
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from streams.codec import Codec, DecodeError
 from streams.core.errors import InvalidEvent
@@ -52,54 +52,62 @@ def read_batch(codec: Codec, value: bytes | None) -> Batch:
     return Batch(cohort, events)
 
 
-def parse_routed(codec: Codec, routed: dict[str, Any], parsed: "ParsedEvents | None" = None) -> Event:
-    """The event a RoutedEvent carries; raises DecodeError or InvalidEvent (both ValueError).
-    With ``parsed``, an event the router of this process already parsed from the same bytes is
-    taken from there instead of being decoded a second time."""
-    if parsed is not None:
-        event = parsed.take(routed)
-        if event is not None:
-            return event
+def parse_routed(codec: Codec, routed: dict[str, Any]) -> Event:
+    """The event a RoutedEvent carries; raises DecodeError or InvalidEvent (both ValueError)."""
     return codec.decode_event_typed(routed["value"])
 
 
 class ParsedEvents:
-    """The events the route stage of this process parsed, by their position on
-    ``lineage.events``, handed to its fold stage so an event is decoded once (issue 27).
+    """The batches the route stage of this process wrote, each with the events it parsed,
+    handed to its fold stage by the very bytes of the ``EventBatch`` (issue 27): an event is
+    decoded once, and a batch this worker routed is not read back.
 
-    An entry is taken only for the very same bytes (``RoutedEvent.value``): decoding is a pure
-    function of the bytes, so the event taken is the event a decode would give, and a replay
-    (which has no such hand-off) folds the same. At most ``limit`` entries are held, the oldest
-    dropped first (a quarter of them at once); an entry a fold never asks for (another worker
-    folds that cohort, a partition moved) is dropped in its turn; a miss only costs the decode."""
+    A batch is taken only for the same bytes: reading an ``EventBatch`` and decoding its events
+    are pure functions of the bytes, so what is taken is what reading them would give, and a
+    replay (which has no such hand-off) folds the same. At most ``limit`` events are held, the
+    oldest batches dropped first (a quarter of them at once); a batch a fold never asks for
+    (another worker folds that cohort, a partition moved) is dropped in its turn; a miss only
+    costs the read. ``hits`` counts the events taken, ``misses`` the records read instead."""
 
-    __slots__ = ("limit", "_held", "hits", "misses")
+    __slots__ = ("limit", "_held", "_events", "hits", "misses")
 
     def __init__(self, limit: int = 20_000) -> None:
         self.limit = limit
-        self._held: dict[tuple[int, int], tuple[bytes, Event]] = {}
+        #: EventBatch bytes -> (cohort, [(RoutedEvent dict, its event)] in fold order)
+        self._held: dict[bytes, tuple[str, list[tuple[dict[str, Any], Event]]]] = {}
+        self._events = 0
         self.hits = 0
         self.misses = 0
 
     def __len__(self) -> int:
-        return len(self._held)
+        """The events held."""
+        return self._events
 
-    def put(self, partition: int, offset: int, value: bytes, event: Event) -> None:
+    def put(self, value: bytes, cohort: str, items: list[tuple[dict[str, Any], Event]]) -> None:
+        """The batch ``value`` (an EventBatch of ``cohort``) holds ``items``: each RoutedEvent
+        dict it was written from, with the event parsed from its ``value``."""
         held = self._held
-        held[(partition, offset)] = (value, event)
-        if len(held) > self.limit:
-            # the oldest quarter at once, into a new dict: dropping them one by one costs a
-            # walk past every slot freed at the front (next(iter()): 8 µs a put once entries go
-            # untaken, as they do for the cohorts another worker folds); so 0.6 µs a put
-            self._held = dict(islice(held.items(), max(1, self.limit // 4), None))
+        before = held.get(value)
+        if before is not None:  # the same bytes again (the same events routed twice): one entry
+            self._events -= len(before[1])
+        held[value] = (cohort, items)
+        self._events += len(items)
+        if self._events > self.limit:
+            # the oldest quarter at once, into a new dict (dropping them one by one walks past
+            # every slot freed at the front, each time)
+            kept = dict(islice(held.items(), max(1, len(held) // 4), None))
+            self._held = kept
+            self._events = sum(len(entry[1]) for entry in kept.values())
 
-    def take(self, routed: dict[str, Any]) -> Event | None:
-        entry = self._held.pop((routed["partition"], routed["offset"]), None)
-        if entry is None or entry[0] != routed["value"]:
+    def take(self, value: bytes) -> tuple[str, list[tuple[dict[str, Any], Event]]] | None:
+        """The cohort and the items of the batch written as ``value`` (once), or None."""
+        entry = self._held.pop(value, None)
+        if entry is None:
             self.misses += 1
             return None
-        self.hits += 1
-        return entry[1]
+        self._events -= len(entry[1])
+        self.hits += len(entry[1])
+        return entry
 
 
 class _Undecodable:
@@ -113,8 +121,7 @@ class _Undecodable:
         self.reason = reason
 
 
-def _decoded(codec: Codec, events: list[dict[str, Any]],
-             parsed: "ParsedEvents | None") -> list[tuple[dict[str, Any], "Event | _Undecodable"]]:
+def _decoded(codec: Codec, events: list[dict[str, Any]]) -> list[tuple[dict[str, Any], "Event | _Undecodable"]]:
     """Each RoutedEvent of a batch with its event, or with an :class:`_Undecodable` saying why
     it has none (DecodeError, InvalidEvent), in order."""
     decode = codec.decode_event_typed
@@ -122,7 +129,7 @@ def _decoded(codec: Codec, events: list[dict[str, Any]],
     append = items.append
     for routed in events:
         try:
-            append((routed, decode(routed["value"]) if parsed is None else parse_routed(codec, routed, parsed)))
+            append((routed, decode(routed["value"])))
         except (DecodeError, InvalidEvent) as exc:
             append((routed, _Undecodable(str(exc))))
     return items
@@ -141,8 +148,13 @@ def fold_batch(codec: Codec, referee: Referee, value: bytes | None, partition: i
     (``BAD_BATCH``), an event that does not parse (``INVALID_EVENT``), one the fold rejects
     (its guard's first reason), one the seal gate refuses (``FORGED_EVENT``, ``UNSIGNED_JOB``,
     ``KEY_NOT_ISSUED``: :mod:`streams.core.seals`) — possibly an event held from an earlier
-    record, told with that record's routed event. ``parsed``: events this process's router
-    parsed already (:class:`ParsedEvents`)."""
+    record, told with that record's routed event. ``parsed``: the batches this process's
+    router wrote, with the events it parsed (:class:`ParsedEvents`): a record among them is
+    neither read nor decoded again."""
+    handed = parsed.take(value) if parsed is not None and value else None
+    if handed is not None:  # a batch this process routed: its events as the router parsed them
+        cohort, items = handed
+        return _fold_items(referee, cohort, items, partition, offset, ts, publish, on_reject)
     try:
         batch = read_batch(codec, value)
     except BadBatch as exc:
@@ -154,15 +166,21 @@ def fold_batch(codec: Codec, referee: Referee, value: bytes | None, partition: i
                                  horizon_ms=batch.tick[2])
         referee.note_input(batch.cohort, partition, offset)
         return 0, out
-    out = []
-    n = 0
-    cohort = batch.cohort
     # Every event of the record is decoded first, then all are folded, in order: the same calls
     # and the same rejects in the same order as one event at a time (a decode is a pure function
     # of the bytes), but the two loops apart cost ~3-4 µs an event less than interleaved
     # (bench/bench_fold_stage.py: its fifth part against its sixth, 23.2 against 26.6 µs an
     # event), each loop's code and memory staying warm through its run.
-    items = _decoded(codec, batch.events, parsed)
+    return _fold_items(referee, batch.cohort, _decoded(codec, batch.events), partition, offset, ts, publish,
+                       on_reject)
+
+
+def _fold_items(referee: Referee, cohort: str, items: "Sequence[tuple[dict[str, Any], Event | _Undecodable]]",
+                partition: int, offset: int, ts: int, publish: bool,
+                on_reject: Reject | None) -> tuple[int, list[Emission]]:
+    """Fold the decoded events of the record at ``partition``/``offset``, in order (:func:`fold_batch`)."""
+    out: list[Emission] = []
+    n = 0
     handle = referee.handle  # (bound once: this loop runs for every event a worker folds)
     for routed, event in items:
         if isinstance(event, _Undecodable):
@@ -180,5 +198,5 @@ def fold_batch(codec: Codec, referee: Referee, value: bytes | None, partition: i
             for ref, _event, kind, reason in result.refused:  # this event, or held ones (seals)
                 on_reject(ref, reason, kind)
         out.extend(handled.emissions)
-    referee.note_input(batch.cohort, partition, offset)
+    referee.note_input(cohort, partition, offset)
     return n, out

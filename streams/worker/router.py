@@ -16,6 +16,7 @@ from typing import Any, Callable, MutableMapping, NamedTuple, Sequence
 from streams.codec import Codec, DecodeError
 from streams.core.cohorts import UNREGISTERED_COHORT, CohortRouter
 from streams.core.errors import InvalidEvent
+from streams.core.events import Event
 from streams.referee.input import ParsedEvents
 
 
@@ -52,6 +53,9 @@ class Routed:
     #: DeadLetter record dicts (DeadLetterRecord: with the original record's headers)
     dead: list[dict[str, Any]] = field(default_factory=list)
     events: int = 0
+    #: cohort_id -> the events of its batch, parsed, in the same order (kept when the router hands
+    #: its batches over: :meth:`Router.encode`)
+    parsed: dict[str, list[Event]] = field(default_factory=dict)
 
 
 def dead_letter(rec: RawRecord, error_kind: str, reason: str, now_ms: int) -> DeadLetterRecord:
@@ -77,7 +81,8 @@ class Router:
                  recheck: Recheck | None = None) -> None:
         self.codec = codec
         self.cohorts = CohortRouter(cohort_of)
-        #: where the events it routes are handed, parsed, to this process's fold (None: nowhere)
+        #: where the batches it writes are handed, with their events parsed, to this process's
+        #: fold (None: nowhere; :meth:`encode`)
         self.parsed = parsed
         #: asked for the cohort of a job the map does not know (streams.worker.jobmap; None: nobody)
         self.recheck = recheck
@@ -107,8 +112,23 @@ class Router:
         cohort = self.cohorts.route(event)
         if cohort == UNREGISTERED_COHORT and self.recheck is not None:
             cohort = self.recheck(rec, event.job_id) or UNREGISTERED_COHORT
-        if self.parsed is not None and rec.value is not None:
-            self.parsed.put(rec.partition, rec.offset, rec.value, event)
         out.batches.setdefault(cohort, []).append(
             {"partition": rec.partition, "offset": rec.offset, "value": rec.value})
+        if self.parsed is not None:
+            out.parsed.setdefault(cohort, []).append(event)
         out.events += 1
+
+    def encode(self, routed: Routed, per_batch: int) -> list[tuple[str, bytes]]:
+        """The ``EventBatch`` records of ``routed``: (cohort, bytes), at most ``per_batch`` events
+        each, in order; each handed over with its events to the fold of this process (``parsed``)."""
+        encode, parsed = self.codec.encode_event_batch, self.parsed
+        out = []
+        for cohort, events in routed.batches.items():
+            kept = routed.parsed.get(cohort) if parsed is not None else None
+            for i in range(0, len(events), per_batch):
+                chunk = events[i:i + per_batch]
+                value = encode(cohort, chunk)
+                if parsed is not None and kept is not None:
+                    parsed.put(value, cohort, list(zip(chunk, kept[i:i + per_batch])))
+                out.append((cohort, value))
+        return out

@@ -257,10 +257,8 @@ class RouteStage(Stage):
         self.jobmap.partition = self.jobmap.offset = None
         for job, cohort, p, at in self.jobmap.take_pending():
             outbox.send(topics.job_cohorts, job.encode(), cohort.encode(), entry_headers(at), partition=p)
-        for cohort, events in routed.batches.items():
-            for i in range(0, len(events), EVENTS_PER_BATCH):
-                value = self.codec.encode_event_batch(cohort, events[i:i + EVENTS_PER_BATCH])
-                outbox.send(topics.by_cohort, cohort.encode(), value)
+        for cohort, value in self.router.encode(routed, EVENTS_PER_BATCH):
+            outbox.send(topics.by_cohort, cohort.encode(), value)
         for dead in routed.dead:
             outbox.dead_letter(dead)
         await outbox.flush()

@@ -16,7 +16,7 @@ def test_the_fold_stage_bench_runs_and_folds_every_event():
     assert r.returncode == 0, r.stderr[-2000:]
     report = json.loads(r.stdout)
     assert report["events"] >= 3000 and report["records"] > 0 and report["published"] > 0
-    for key in ("core_us", "referee_us", "decode_us", "encode_us", "stage_us", "interleaved_us"):
+    for key in ("core_us", "referee_us", "decode_us", "encode_us", "stage_us", "interleaved_us", "handed_us"):
         assert report[key] > 0
 
 
