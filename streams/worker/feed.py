@@ -95,7 +95,7 @@ class DirectFeed:
                 continue
             ts = m.timestamp()[1]
             out.append(RawRecord(m.topic(), m.partition(), m.offset(), m.key(), m.value(),
-                                 ts if ts > 0 else now_ms(), m.headers()))
+                                 ts if ts > 0 else now_ms(), m.headers))  # (read if a dead letter needs them)
         return out
 
     def _error(self, exc: KafkaException) -> None:

@@ -304,7 +304,7 @@ class FoldStage(Stage):
         or (``routed`` None) the whole input record."""
         # the original's headers: the by-cohort record's own, or (an event, whose headers the
         # EventBatch does not carry) those its type is written with
-        original = rec.headers
+        original = rec.kafka_headers()
         if routed:
             try:
                 original = self.codec.headers.event(self.codec.decode_event(routed["value"])["type"])

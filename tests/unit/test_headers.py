@@ -101,6 +101,27 @@ def test_router_dead_letters_carry_the_original_headers():
     CODEC.decode_record(CODEC.encode_record("DeadLetter", dead))  # still exactly a DeadLetter
 
 
+def test_a_feeds_record_reads_its_headers_only_for_a_dead_letter():
+    """A feed's records carry the consumer message's ``headers`` uncalled (a list made for every
+    event costs ~1 µs): a dead letter calls it; a routed event never does."""
+    original = [(TYPE_HEADER, b"Progress"), ("x-trace", b"42")]
+    calls = []
+
+    def headers():
+        calls.append(1)
+        return original
+
+    d = {"type": "JobStarted", "job_id": "A", "seq": 0, "incarnation": 0, "ts": 1, "cohort_id": "c",
+         "base_model": "m", "base_checkpoint_id": None, "config_hash": None}
+    good = RawRecord("lineage.events", 0, 6, b"A", CODEC.encode_event(d), None, headers)
+    bad = RawRecord("lineage.events", 0, 7, b"A", b"garbage", None, headers)
+    routed = Router(CODEC, {}).route([good], 1)
+    assert routed.events == 1 and not calls and good.kafka_headers() == original
+    (dead,) = Router(CODEC, {}).route([bad], 1).dead
+    assert dead.original_headers == original
+    assert RawRecord("t", 0, 0, None, None, None, original).kafka_headers() is original  # as given
+
+
 class _Producer:
     def __init__(self, *_a, **_kw):
         self.sent = []
