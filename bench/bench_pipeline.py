@@ -275,7 +275,6 @@ def pure_fold_us(args, repeats: int = 2) -> float:
     return 1e6 * best / len(parsed)
 
 
-
 def incident_events(k: int, t0: int):
     """Cohort k: A and B. All but A's divergence event, then the divergence event."""
     a, b, cohort = f"L{k}-A", f"L{k}-B", f"L{k}"

@@ -285,7 +285,7 @@ def create_app(settings: WorkerSettings) -> faust.App:
 
     views.register(app, referee, ckview, fold.lock, health,
                    owned=lambda: {"events": sorted(route.input.owned), "by_cohort": sorted(fold.input.owned)},
-                   snapshots=snapshots, folded=lambda: fold.events_folded)
+                   snapshots=snapshots, folded=lambda: metrics.counter_value(metrics.FOLDED))
     _exit_on_crash(app, health)
     return app
 

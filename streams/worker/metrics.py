@@ -167,6 +167,14 @@ def observe_published(emissions: Iterable, published_s: float | None = None) -> 
             DIVERGENCE_TO_COMMAND.observe(max(0.0, published_s - em.value["issued_ts"] / 1000))
 
 
+def counter_value(counter: Counter) -> float:
+    """An unlabelled counter's value, as ``/metrics`` shows it (one metric collected, not all)."""
+    for sample in counter.collect()[0].samples:
+        if sample.name.endswith("_total"):
+            return sample.value
+    return 0.0
+
+
 def render() -> bytes:
     """``/metrics``: the registry in the Prometheus text format (:data:`CONTENT_TYPE`)."""
     return generate_latest(REGISTRY)

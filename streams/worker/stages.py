@@ -280,8 +280,6 @@ class FoldStage(Stage):
         self.parsed = parsed
         #: partition -> events folded since the last snapshot round (streams.worker.snapshots)
         self.folded: dict[int, int] = {}
-        #: events folded since the worker started (traintrace_events_folded_total; /health's "folded")
-        self.events_folded = 0
 
     def owns_cohort(self, cohort: str) -> bool:
         return self.referee.partition_of.get(cohort) in self.input.owned
@@ -297,7 +295,6 @@ class FoldStage(Stage):
         out.extend(emissions)
         self.folded[rec.partition] = self.folded.get(rec.partition, 0) + max(n, 1)  # a tick counts too
         metrics.FOLDED.inc(n)
-        self.events_folded += n
 
     def _reject(self, rec: RawRecord, routed: dict[str, Any] | None, reason: str, kind: str) -> None:
         """A dead letter for what could not be folded: the routed event of ``lineage.events``,

@@ -229,3 +229,13 @@ def test_worker_settings_take_a_kafka_settings(monkeypatch):
     assert settings.kafka.client_id == "w-1" and settings.kafka.properties == kafka.properties
     # the worker's own client id wins over TRAINTRACE_CLIENT_ID
     assert WorkerSettings(bootstrap="k:9092", client_id="w-2").kafka.client_id == "w-2"
+
+
+def test_counter_value_is_what_metrics_shows():
+    """/health's "folded" reads the counter itself (one metric), not a count kept beside it."""
+    from streams.worker import metrics as m
+
+    m.FOLDED.inc(3)
+    shown = [float(line.split()[-1]) for line in m.render().decode().splitlines()
+             if line.startswith("traintrace_events_folded_total ")]
+    assert shown == [m.counter_value(m.FOLDED)] and shown[0] >= 3
