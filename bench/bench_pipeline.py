@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -113,13 +114,19 @@ def start_workers(bootstrap: str, prefix: str, app_id: str, tmp: Path, tag: str,
 
 def stage_seconds(worker) -> dict:
     """Seconds each stage of ``worker`` spent on its records (work) and waiting for its outputs'
-    acknowledgements (flush), and its calls, from the worker's ``traintrace_stage_seconds``."""
+    acknowledgements (flush), and its calls, from the worker's ``traintrace_stage_seconds``; and
+    (``snapshot_encode``) its snapshot rounds' encoding, which holds the fold's lock
+    (``traintrace_snapshot_encode_seconds``)."""
     out: dict = {}
     try:
         text = worker.get("/metrics", timeout=5.0)
     except Exception:  # noqa: BLE001 - a diagnostic only
         return out
     for line in text.splitlines():
+        if line.startswith(("traintrace_snapshot_encode_seconds_sum ", "traintrace_snapshot_encode_seconds_count ")):
+            kind = "s" if "_sum " in line else "calls"
+            out.setdefault("snapshot_encode", {})[kind] = float(line.rsplit(" ", 1)[1])
+            continue
         if not line.startswith(("traintrace_stage_seconds_sum{", "traintrace_stage_seconds_count{")):
             continue
         labels = dict(kv.split("=", 1) for kv in line[line.index("{") + 1:line.index("}")].split(","))
@@ -135,6 +142,29 @@ def cpu_seconds(worker) -> float:
         return worker.metric("process_cpu_seconds_total")
     except Exception:  # noqa: BLE001 - a diagnostic only
         return 0.0
+
+
+def main_thread_cpu(worker) -> float:
+    """CPU seconds of the worker's main thread (its event loop: the stages, the core), from
+    ``/proc`` (0 where there is none): ÷ the wall time, how busy the loop was."""
+    pid = getattr(getattr(worker, "proc", None), "pid", None)
+    try:
+        fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, TypeError):
+        return 0.0
+
+
+def machine_cpu() -> tuple[int, int]:
+    """(busy, total) jiffies of every core of this machine so far, from ``/proc/stat`` ((0, 0)
+    where there is none): the broker, the workers and the bench share them."""
+    try:
+        with open("/proc/stat") as f:
+            values = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    return sum(values) - idle, sum(values)
 
 
 def folded(workers) -> float:
@@ -174,6 +204,8 @@ def throughput(bootstrap: str, args, tmp: Path) -> dict:
         t_lo = t_hi = None
         t_ready, f_ready = time.perf_counter(), folded(workers)
         cpu_ready = [cpu_seconds(w) for w in workers]
+        main_ready = [main_thread_cpu(w) for w in workers]
+        machine_ready = machine_cpu()
         deadline = time.monotonic() + args.timeout
         while time.monotonic() < deadline:
             f = folded(workers)
@@ -192,9 +224,17 @@ def throughput(bootstrap: str, args, tmp: Path) -> dict:
         # the group's join before it is start-up, quoted apart)
         while folded(workers) < n and time.monotonic() < deadline:
             time.sleep(0.2)
-        catch_up = (n - f_ready) / (time.perf_counter() - t_ready)
+        catch_up_s = time.perf_counter() - t_ready
+        catch_up = (n - f_ready) / catch_up_s
         # each process's CPU (all its threads: librdkafka's too) per event of the catch-up
         cpu_us = [1e6 * (cpu_seconds(w) - c) / max(1.0, n - f_ready) for w, c in zip(workers, cpu_ready)]
+        # the share of the catch-up each worker's event loop ran (the rest it waited: fetches, flushes)
+        main_s = [main_thread_cpu(w) - c for w, c in zip(workers, main_ready)]
+        loop_busy = [m / catch_up_s for m in main_s]
+        # each event loop's own CPU per event: what the live cost would be had it never waited
+        loop_us = [1e6 * m / max(1.0, n - f_ready) for m in main_s]
+        busy, total = (b - a for a, b in zip(machine_ready, machine_cpu()))
+        machine_busy = busy / total if total else 0.0  # of all cores: 1.0 is the machine saturated
         join_s = t_ready - t_started
         stages = {k: v for w in workers for k, v in stage_seconds(w).items() if v.get("calls")} \
             if args.workers == 1 else {}
@@ -217,7 +257,8 @@ def throughput(bootstrap: str, args, tmp: Path) -> dict:
             "raw_consume_decode_per_s": raw, "fold_per_s": rate, "fold_per_s_per_worker": rate / args.workers,
             "ratio_fold_over_raw": rate / raw, "raw_consume_typed_per_s": raw_typed,
             "ratio_fold_over_raw_typed": rate / raw_typed, "catch_up_per_s": catch_up, "ratio_catch_up_over_raw": catch_up / raw,
-            "join_s": join_s, "stages": stages, "stages_wall_s": stages_wall, "cpu_us_per_event": cpu_us}
+            "join_s": join_s, "loop_busy": loop_busy, "loop_us_per_event": loop_us,
+            "machine_busy": machine_busy, "stages": stages, "stages_wall_s": stages_wall, "cpu_us_per_event": cpu_us}
 
 
 def bench_events(args):
@@ -621,6 +662,12 @@ def print_report(report: dict, signing: str, title: str | None = None) -> None:
             names = ["route", "fold"] * r["workers"] if r.get("layout") == "split" else ["worker"] * r["workers"]
             t.add_row("  CPU per event of the catch-up, by process",
                       ", ".join(f"{k} {us:.1f} µs" for k, us in zip(names, r["cpu_us_per_event"])), "")
+        if r.get("loop_busy"):
+            names = ["route", "fold"] * r["workers"] if r.get("layout") == "split" else ["worker"] * r["workers"]
+            t.add_row("  event loop (main thread): CPU per event, share of the catch-up it ran",
+                      ", ".join(f"{k} {us:.1f} µs {b:.0%}" for k, us, b in
+                                zip(names, r["loop_us_per_event"], r["loop_busy"])), "")
+            t.add_row("  the machine's cores busy meanwhile (the broker's too)", f"{r['machine_busy']:.0%}", "")
         if r.get("stages"):
             wall = r["stages_wall_s"]
             parts = ", ".join(f"{k.replace('_', ' ')} {v.get('s', 0) / wall:.0%}" for k, v in sorted(r["stages"].items()))

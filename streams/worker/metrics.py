@@ -111,6 +111,11 @@ SNAPSHOT_SECONDS = Histogram("traintrace_snapshot_round_seconds",
                              "One snapshot round of one partition (encode, write, wait for acks=all)",
                              buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
                              registry=REGISTRY)
+SNAPSHOT_ENCODE_SECONDS = Histogram("traintrace_snapshot_encode_seconds",
+                                    "The encode of one snapshot round's changed cohorts (the fold waits "
+                                    "meanwhile: it runs under the fold's lock)",
+                                    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+                                    registry=REGISTRY)
 REBUILD_MISMATCHES = Counter("traintrace_rebuild_mismatches_total",
                              "--verify-rebuilds: states rebuilt or written from snapshots that differ from a re-fold "
                              "of their partition from offset 0", registry=REGISTRY)

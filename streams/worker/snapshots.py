@@ -176,6 +176,7 @@ class SnapshotStore:
             self.quiet_since.pop(cohort, None)
             rnd.written[cohort] = self._send_cohort(cohort, partition, covers, pos, rnd)
         rnd.encode_s = time.perf_counter() - t0
+        metrics.SNAPSHOT_ENCODE_SECONDS.observe(rnd.encode_s)
         self.last_round[partition] = time.monotonic()
         return rnd
 

@@ -20,3 +20,48 @@ def test_the_pure_fold_of_the_bench_events_is_timed():
     events, jobs = bench.bench_events(args)
     assert jobs >= 20 and len(list(events)) >= 3000
     assert bench.pure_fold_us(args, repeats=1) > 0
+
+
+def _bench():
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import bench_pipeline as bench
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    return bench
+
+
+def test_the_event_loops_own_cpu_and_the_machines_are_read_from_proc():
+    """What tells a worker's wait from its work: its main thread's CPU (the event loop) and the
+    machine's busy cores, both from /proc; a process that is not there reads 0."""
+    import os
+    import types
+
+    bench = _bench()
+    me = types.SimpleNamespace(proc=types.SimpleNamespace(pid=os.getpid()))
+    busy0, total0 = bench.machine_cpu()
+    before = bench.main_thread_cpu(me)
+    x = 0
+    while bench.main_thread_cpu(me) <= before:  # CPU of this very thread, in clock ticks
+        x += sum(range(10_000))
+    busy1, total1 = bench.machine_cpu()
+    assert 0 <= busy0 <= total0 and 0 < busy1 <= total1 and busy1 >= busy0 and total1 >= total0  # (ticks: may lag)
+    assert bench.main_thread_cpu(types.SimpleNamespace(proc=None)) == 0.0
+    assert bench.main_thread_cpu(types.SimpleNamespace(proc=types.SimpleNamespace(pid=2 ** 22 + 7))) == 0.0
+
+
+def test_the_stages_and_the_snapshot_encode_are_read_from_the_workers_metrics():
+    """The bench's split of a worker's wall time: each stage's work and flush, and the snapshot
+    rounds' encode (under the fold's lock), from /metrics as the worker renders it."""
+    import types
+
+    from streams.worker import metrics
+
+    bench = _bench()
+    metrics.SNAPSHOT_ENCODE_SECONDS.observe(0.25)
+    metrics.STAGE_SECONDS.labels("fold", "work").observe(1.5)
+    worker = types.SimpleNamespace(get=lambda path, timeout: metrics.render().decode())
+    seen = bench.stage_seconds(worker)
+    assert seen["snapshot_encode"]["calls"] >= 1 and seen["snapshot_encode"]["s"] >= 0.25
+    assert seen["fold_work"]["calls"] >= 1 and seen["fold_work"]["s"] >= 1.5
+    assert bench.stage_seconds(types.SimpleNamespace(get=lambda path, timeout: 1 / 0)) == {}

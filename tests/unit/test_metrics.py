@@ -42,6 +42,7 @@ EXPECTED = {
     "traintrace_events_held": "gauge",
     "traintrace_snapshots_written_total": "counter",
     "traintrace_snapshot_round_seconds": "histogram",
+    "traintrace_snapshot_encode_seconds": "histogram",
     "traintrace_stage_batch_records": "histogram",
     "traintrace_stage_seconds": "histogram",
     "traintrace_snapshots_refused_total": "counter",
