@@ -658,12 +658,11 @@ def print_report(report: dict, signing: str, title: str | None = None) -> None:
         t.add_row("catch-up: events / (partitions taken over -> all folded)",
                   f"{r['catch_up_per_s']:,.0f} events/s (/ raw {r['ratio_catch_up_over_raw']:.3f})", "")
         t.add_row("  the group's join before it", f"{r['join_s']:.1f} s", "")
+        names = ["route", "fold"] * r["workers"] if r.get("layout") == "split" else ["worker"] * r["workers"]
         if r.get("cpu_us_per_event"):
-            names = ["route", "fold"] * r["workers"] if r.get("layout") == "split" else ["worker"] * r["workers"]
             t.add_row("  CPU per event of the catch-up, by process",
                       ", ".join(f"{k} {us:.1f} µs" for k, us in zip(names, r["cpu_us_per_event"])), "")
         if r.get("loop_busy"):
-            names = ["route", "fold"] * r["workers"] if r.get("layout") == "split" else ["worker"] * r["workers"]
             t.add_row("  event loop (main thread): CPU per event, share of the catch-up it ran",
                       ", ".join(f"{k} {us:.1f} µs {b:.0%}" for k, us, b in
                                 zip(names, r["loop_us_per_event"], r["loop_busy"])), "")
