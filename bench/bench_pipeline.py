@@ -8,7 +8,10 @@
    Printed: events/s per worker and fold rate ÷ raw consume+decode rate; and the catch-up rate,
    the events left over the time from the workers' partitions taken over (``/health``) to the
    last one folded (the 10–90 % window can fall where the two stages take turns: issue 27); the
-   group's join before it is printed apart. ``--profile DIR`` records each worker
+   group's join before it is printed apart. Beside it, each worker's CPU per event by thread
+   (its event loop, its other Python threads, librdkafka's) and the share of the catch-up its
+   GIL was held (the loop's and the Python threads' CPU ÷ the wall time: near 100 %, the
+   process is bound by one core whatever the machine has). ``--profile DIR`` records each worker
    with py-spy meanwhile and prints where its time went (``bench/profile.py``).
 2. Latency: with the workers caught up and every partition taken over, ``--incidents`` small cohorts are set up (A wrote
    A-520 past its coming onset, B consumed it); then A's divergence event is produced and the
@@ -144,15 +147,48 @@ def cpu_seconds(worker) -> float:
         return 0.0
 
 
+def _task_cpu(pid: int, tid: int) -> tuple[str, float]:
+    """(name, CPU seconds) of one thread of ``pid``, from ``/proc`` (OSError when it is gone)."""
+    task = Path(f"/proc/{pid}/task/{tid}")
+    fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+    return (task / "comm").read_text().strip(), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main_thread_cpu(worker) -> float:
     """CPU seconds of the worker's main thread (its event loop: the stages, the core), from
     ``/proc`` (0 where there is none): ÷ the wall time, how busy the loop was."""
     pid = getattr(getattr(worker, "proc", None), "pid", None)
     try:
-        fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return _task_cpu(pid, pid)[1]
     except (OSError, ValueError, IndexError, TypeError):
         return 0.0
+
+
+#: the kinds of a worker's threads :func:`thread_cpu` tells apart, by the names their libraries give them
+THREAD_KINDS = (("librdkafka", "rdk:"), ("rocksdb", "rocksdb:"))
+
+
+def thread_cpu(worker) -> dict[str, float]:
+    """CPU seconds so far of the worker's threads by kind, from ``/proc`` (empty where there is
+    none): ``loop`` its main thread; ``librdkafka`` and ``rocksdb`` the threads those libraries
+    start (named ``rdk:…``, ``rocksdb:…``), which run without the GIL; ``python`` every other
+    thread (the executor's consumes and flushes, the snapshot rounds, the checkpoint view, Faust's
+    own), which run Python and so hold the GIL when they run. The loop's and the Python threads'
+    seconds ÷ the wall time: how much of it one GIL was held. Threads that ended are not counted."""
+    pid = getattr(getattr(worker, "proc", None), "pid", None)
+    out: dict[str, float] = {}
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except (OSError, ValueError, TypeError):
+        return out
+    for tid in tids:
+        try:
+            name, seconds = _task_cpu(pid, tid)
+        except (OSError, ValueError, IndexError):
+            continue  # ended meanwhile
+        kind = "loop" if tid == pid else next((k for k, prefix in THREAD_KINDS if name.startswith(prefix)), "python")
+        out[kind] = out.get(kind, 0.0) + seconds
+    return out
 
 
 def machine_cpu() -> tuple[int, int]:
@@ -205,6 +241,7 @@ def throughput(bootstrap: str, args, tmp: Path) -> dict:
         t_ready, f_ready = time.perf_counter(), folded(workers)
         cpu_ready = [cpu_seconds(w) for w in workers]
         main_ready = [main_thread_cpu(w) for w in workers]
+        threads_ready = [thread_cpu(w) for w in workers]
         machine_ready = machine_cpu()
         deadline = time.monotonic() + args.timeout
         while time.monotonic() < deadline:
@@ -233,6 +270,11 @@ def throughput(bootstrap: str, args, tmp: Path) -> dict:
         loop_busy = [m / catch_up_s for m in main_s]
         # each event loop's own CPU per event: what the live cost would be had it never waited
         loop_us = [1e6 * m / max(1.0, n - f_ready) for m in main_s]
+        # each kind of thread's CPU per event: the loop's and the Python threads' together hold one GIL
+        threads_s = [{k: v - before.get(k, 0.0) for k, v in thread_cpu(w).items()}
+                     for w, before in zip(workers, threads_ready)]
+        threads_us = [{k: 1e6 * v / max(1.0, n - f_ready) for k, v in t.items()} for t in threads_s]
+        gil_busy = [(t.get("loop", 0.0) + t.get("python", 0.0)) / catch_up_s for t in threads_s]
         busy, total = (b - a for a, b in zip(machine_ready, machine_cpu()))
         machine_busy = busy / total if total else 0.0  # of all cores: 1.0 is the machine saturated
         join_s = t_ready - t_started
@@ -258,6 +300,7 @@ def throughput(bootstrap: str, args, tmp: Path) -> dict:
             "ratio_fold_over_raw": rate / raw, "raw_consume_typed_per_s": raw_typed,
             "ratio_fold_over_raw_typed": rate / raw_typed, "catch_up_per_s": catch_up, "ratio_catch_up_over_raw": catch_up / raw,
             "join_s": join_s, "loop_busy": loop_busy, "loop_us_per_event": loop_us,
+            "threads_us_per_event": threads_us, "gil_busy": gil_busy,
             "machine_busy": machine_busy, "stages": stages, "stages_wall_s": stages_wall, "cpu_us_per_event": cpu_us}
 
 
@@ -666,6 +709,12 @@ def print_report(report: dict, signing: str, title: str | None = None) -> None:
             t.add_row("  event loop (main thread): CPU per event, share of the catch-up it ran",
                       ", ".join(f"{k} {us:.1f} µs {b:.0%}" for k, us, b in
                                 zip(names, r["loop_us_per_event"], r["loop_busy"])), "")
+        if r.get("threads_us_per_event"):
+            t.add_row("  CPU per event by thread (loop + other Python threads + librdkafka), "
+                      "share of the catch-up the GIL was held (loop + Python threads)",
+                      ", ".join(f"{k} {th.get('loop', 0):.1f} + {th.get('python', 0):.1f} + {th.get('librdkafka', 0):.1f} µs, "
+                                f"{g:.0%}" for k, th, g in zip(names, r["threads_us_per_event"], r["gil_busy"])), "")
+        if r.get("loop_busy"):
             t.add_row("  the machine's cores busy meanwhile (the broker's too)", f"{r['machine_busy']:.0%}", "")
         if r.get("stages"):
             wall = r["stages_wall_s"]

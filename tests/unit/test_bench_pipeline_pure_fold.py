@@ -50,6 +50,41 @@ def test_the_event_loops_own_cpu_and_the_machines_are_read_from_proc():
     assert bench.main_thread_cpu(types.SimpleNamespace(proc=types.SimpleNamespace(pid=2 ** 22 + 7))) == 0.0
 
 
+def test_a_workers_threads_cpu_is_read_by_kind():
+    """Whether a worker is bound by its GIL: the CPU of its threads by kind, from /proc: its
+    main thread (the loop), librdkafka's threads (named rdk:...), and every other thread, which
+    runs Python; a process that is not there reads nothing."""
+    import os
+    import threading
+    import types
+
+    from confluent_kafka import Producer
+
+    bench = _bench()
+    me = types.SimpleNamespace(proc=types.SimpleNamespace(pid=os.getpid()))
+    producer = Producer({"bootstrap.servers": "127.0.0.1:9", "log_level": 0})  # starts rdk: threads
+    try:
+        kinds = bench.thread_cpu(me)
+        assert "loop" in kinds and "librdkafka" in kinds and all(v >= 0 for v in kinds.values())
+        before, seen = kinds.get("python", 0.0), []
+
+        def burn() -> None:  # a Python thread of this process, until it has run a clock tick or more
+            for _ in range(50_000):
+                sum(range(10_000))
+                if bench.thread_cpu(me).get("python", 0.0) > before:
+                    seen.append(True)
+                    return
+
+        t = threading.Thread(target=burn)
+        t.start()
+        t.join()
+        assert seen
+    finally:
+        del producer
+    assert bench.thread_cpu(types.SimpleNamespace(proc=None)) == {}
+    assert bench.thread_cpu(types.SimpleNamespace(proc=types.SimpleNamespace(pid=2 ** 22 + 7))) == {}
+
+
 def test_the_stages_and_the_snapshot_encode_are_read_from_the_workers_metrics():
     """The bench's split of a worker's wall time: each stage's work and flush, and the snapshot
     rounds' encode (under the fold's lock), from /metrics as the worker renders it."""
