@@ -40,7 +40,7 @@ from streams.audit.run import audit  # noqa: E402
 from streams.audit.log import TOPICS, load_archive, load_topics  # noqa: E402
 from streams.audit.export import export  # noqa: E402
 from streams.testing.cohort import chain_events, generate_cohorts  # noqa: E402
-from streams.devtools.worker_process import WorkerProcess, produce_events, wait_quiescent  # noqa: E402
+from streams.devtools.worker_process import WorkerProcess, forget_run, produce_events, wait_quiescent  # noqa: E402
 
 CODEC = Codec()
 AUDITED = ("events", "input", "control", "manifests", "commitments")
@@ -87,6 +87,8 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--rounds", type=int, default=3, help="alternating measurements; the best of each is kept")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--keep-topics", action="store_true",
+                    help="keep each run's topics and consumer groups on the broker (deleted by default)")
     args = ap.parse_args()
     bootstrap = args.bootstrap
     if bootstrap is None:
@@ -149,6 +151,7 @@ def main() -> None:
         report2 = audit(load_archive(str(archive)))
         arcs.append(time.perf_counter() - t2)
         assert report2.passed
+    forget_run(kafka, prefix, app_id, keep=args.keep_topics)
     raw_s, topics_s, archive_s = min(raws), min(tops), min(arcs)
     load_s = min(loads)
     stages = stage_runs[tops.index(topics_s)]

@@ -72,7 +72,13 @@ from streams.kafka.settings import KafkaSettings  # noqa: E402
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics  # noqa: E402
 from streams.codec import Codec  # noqa: E402
 from streams.testing.cohort import chain_events, generate_cohorts, seal_events  # noqa: E402
-from streams.devtools.worker_process import WorkerProcess, produce_events, wait_assigned, wait_quiescent  # noqa: E402
+from streams.devtools.worker_process import (  # noqa: E402
+    WorkerProcess,
+    forget_run,
+    produce_events,
+    wait_assigned,
+    wait_quiescent,
+)
 
 CODEC = Codec()
 
@@ -291,6 +297,7 @@ def throughput(bootstrap: str, args, tmp: Path) -> dict:
     finally:
         for w in workers:
             w.kill()
+    forget_run(bootstrap, prefix, app_id, keep=getattr(args, "keep_topics", False))
     # the pure fold of the same events, on the same machine, in this run (the workers stopped)
     pure_us = pure_fold_us(args)
     live_us = 1e6 / (rate / args.workers)
@@ -443,6 +450,7 @@ def latency(bootstrap: str, args, tmp: Path) -> dict:
         stop.set()
         for w in workers:
             w.kill()
+    forget_run(bootstrap, prefix, app_id, keep=getattr(args, "keep_topics", False))
     slowest = sorted(zip(lat, at), reverse=True)[:3]
     lat.sort()
     q = statistics.quantiles(lat, n=100, method="inclusive") if len(lat) >= 2 else lat * 99
@@ -462,6 +470,8 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--incidents", type=int, default=100)
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--keep-topics", action="store_true",
+                    help="keep each run's topics and consumer groups on the broker (deleted by default)")
     ap.add_argument("--worker-args", nargs="*", default=[])
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--signing", choices=("off", "on", "compare", "alternate"), default="off",

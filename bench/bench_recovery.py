@@ -47,7 +47,13 @@ sys.path.insert(0, str(REPO))
 from streams.codec import Codec  # noqa: E402
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics  # noqa: E402
 from streams.testing.cohort import generate_cohorts  # noqa: E402
-from streams.devtools.worker_process import WorkerProcess, group_lag, produce_events, wait_quiescent  # noqa: E402
+from streams.devtools.worker_process import (  # noqa: E402
+    WorkerProcess,
+    forget_run,
+    group_lag,
+    produce_events,
+    wait_quiescent,
+)
 
 CODEC = Codec()
 ERA_JOBS = 200  # jobs of one era of finished cohorts (20 cohorts of 10)
@@ -204,6 +210,7 @@ def one_run(bootstrap: str, args, tmp: Path, events: list[dict], tail: list[dict
     finally:
         done.set()
         second.kill()
+    forget_run(bootstrap, prefix, app_id, keep=args.keep_topics)
     return out
 
 
@@ -294,6 +301,8 @@ def main() -> None:
     ap.add_argument("--snapshot-every", type=int, default=20_000)
     ap.add_argument("--snapshot-interval", type=float, default=10.0)
     ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--keep-topics", action="store_true",
+                    help="keep each run's topics and consumer groups on the broker (deleted by default)")
     ap.add_argument("--settle", type=float, default=12.0,
                     help="seconds after the recovery to read the new worker's settled RSS")
     ap.add_argument("--json", action="store_true")

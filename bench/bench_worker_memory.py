@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from streams.kafka.topics import TopicNames, ensure_topics, standard_topics  # noqa: E402
 from streams.testing.cohort import generate_cohorts  # noqa: E402
-from streams.devtools.worker_process import WorkerProcess, produce_events  # noqa: E402
+from streams.devtools.worker_process import WorkerProcess, forget_run, produce_events  # noqa: E402
 
 
 def rss_kib(pid: int) -> int:
@@ -54,6 +54,8 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--worker-args", default="", help="more arguments of the worker (one string)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--keep-topics", action="store_true",
+                    help="keep each run's topics and consumer groups on the broker (deleted by default)")
     args = ap.parse_args()
     broker = None
     bootstrap = args.bootstrap
@@ -85,6 +87,7 @@ def main() -> int:
                     marks[mark] = rss_kib(w.proc.pid)
             finally:
                 w.kill()
+        forget_run(bootstrap, prefix, f"tt-{prefix.rstrip('.')}", keep=args.keep_topics)
         lo, hi = args.first, n
         out = {"events": n, "worker_args": args.worker_args, "rss_kib": marks,
                "growth_bytes_per_event": round((marks[hi] - marks[lo]) * 1024 / (hi - lo), 1)}

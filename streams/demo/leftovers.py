@@ -11,6 +11,7 @@ from typing import Any
 
 from streams.demo.errors import WorkDirNotEmpty
 from streams.demo.roles import DemoKafka
+from streams.kafka.topics import delete_run
 
 log = logging.getLogger("traintrace.demo")
 
@@ -58,13 +59,7 @@ def delete_run_topics(kafka: Any, report: dict[str, Any], timeout: float = 30.0)
     roles = DemoKafka.of(kafka)
     names: list[str] = []
     try:
-        admin = roles.admin.admin()
-        names = [t for t in admin.list_topics(timeout=timeout).topics
-                 if t.startswith(prefix) or t.startswith(app_id + "-")]
-        if names:
-            _settle(admin.delete_topics(names, operation_timeout=timeout))
-        # a group that never committed does not exist: its error is ignored too
-        _settle(admin.delete_consumer_groups([app_id, f"{app_id}-published"], request_timeout=timeout))
+        names, _groups = delete_run(roles.admin, prefix, app_id, timeout)
     except Exception as exc:
         log.warning("could not delete the demo's topics (%s*): %s", prefix, exc)
     # the secure demo's grants on the run's topics: revoked even when deleting a topic failed
@@ -76,12 +71,3 @@ def delete_run_topics(kafka: Any, report: dict[str, Any], timeout: float = 30.0)
         except Exception as exc:
             log.warning("could not revoke the demo's ACLs (%s*, try %d): %s", prefix, attempt + 1, exc)
     return len(names)
-
-
-def _settle(futures: dict[Any, Any]) -> None:
-    """Wait for each admin future, ignoring its error."""
-    for fut in futures.values():
-        try:
-            fut.result()
-        except Exception:
-            pass

@@ -4,7 +4,7 @@ A :class:`WorkerProcess` is a real ``traintrace worker`` in its own process (own
 and web port). :func:`wait_quiescent` waits until the processor's consumer group has committed
 everything on ``lineage.events`` and ``lineage.by-cohort``: since the agents flush their
 outputs before their offsets can be committed, everything the input caused is then on the
-broker.
+broker. :func:`forget_run` deletes what a finished run left on the broker.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from confluent_kafka import TopicPartition
 
 from streams.kafka.retry import retry_transient
 from streams.kafka.settings import KafkaSettings
-from streams.kafka.topics import TopicNames
+from streams.kafka.topics import TopicNames, delete_run
 
 
 def free_port() -> int:
@@ -170,6 +170,19 @@ def wait_quiescent(kafka: KafkaSettings | str, app_id: str, topics: TopicNames, 
             streak = 0
         time.sleep(settle)
     raise TimeoutError(f"pipeline not quiescent after {timeout}s: lag {last}")
+
+
+def forget_run(kafka: KafkaSettings | str, prefix: str, app_id: str, keep: bool = False) -> None:
+    """Delete a finished run's topics and consumer groups unless ``keep`` (the benches'
+    ``--keep-topics``): a broker that serves many runs keeps every run's otherwise, and its log
+    cleaner keeps compacting theirs while the next run measures. A failure is one line on stderr:
+    the run's numbers stand."""
+    if keep:
+        return
+    try:
+        delete_run(kafka, prefix, app_id)
+    except Exception as exc:  # noqa: BLE001 - say what is left behind, and go on
+        print(f"note: the run's topics ({prefix}*) were not deleted: {exc}", file=sys.stderr)
 
 
 def produce_events(kafka: KafkaSettings | str, topic: str, events, codec=None) -> int:

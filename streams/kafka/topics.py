@@ -457,3 +457,43 @@ def seed_group_offsets(kafka: KafkaSettings | str, group_id: str, topics: Iterab
     except KafkaException:
         return 0  # the group has members (they commit as they go): nothing to seed
     return len(seeds)
+
+
+def delete_run(kafka: KafkaSettings | str, prefix: str, app_id: str | None = None,
+               timeout: float = 30.0) -> tuple[list[str], list[str]]:
+    """Delete what one finished run left on the cluster: the topics named with ``prefix``, and
+    for ``app_id`` the workers' own ``APP_ID-…`` topics (Faust's) and the consumer groups
+    ``APP_ID`` and ``APP_ID-…`` (a group with members left, a worker killed before its session
+    ended, stays). For the demo and the benches: a local broker that serves many runs keeps every
+    run's topics otherwise, and its log cleaner keeps compacting theirs. Returns the (topics,
+    groups) deleted; raises :class:`KafkaAdapterError` when the cluster cannot be reached."""
+    if not prefix or (app_id is not None and not app_id):
+        raise ValueError("delete_run needs a run's topic prefix (and app id): an empty one names every topic")
+    kafka = KafkaSettings.of(kafka)
+    admin = kafka.admin()
+    mine = (prefix,) if app_id is None else (prefix, app_id + "-")
+    names = [t for t in retry_transient(lambda left: admin.list_topics(timeout=left), f"the topics of {kafka.bootstrap}",
+                                        timeout).topics if t.startswith(mine)]
+    topics = _settled(admin.delete_topics(names, operation_timeout=timeout)) if names else []
+    groups: list[str] = []
+    if app_id is not None:
+        try:
+            listed = admin.list_consumer_groups(request_timeout=timeout).result().valid
+        except KafkaException:
+            listed = []
+        ids = [g.group_id for g in listed if g.group_id == app_id or g.group_id.startswith(app_id + "-")]
+        if ids:
+            groups = _settled(admin.delete_consumer_groups(ids, request_timeout=timeout))
+    return sorted(topics), sorted(groups)
+
+
+def _settled(futures: Mapping[str, Any]) -> list[str]:
+    """The names whose admin future succeeded (the others' errors are not the caller's to act on)."""
+    done = []
+    for name, fut in futures.items():
+        try:
+            fut.result()
+            done.append(name)
+        except KafkaException:
+            pass
+    return done
