@@ -160,16 +160,6 @@ def _task_cpu(pid: int, tid: int) -> tuple[str, float]:
     return (task / "comm").read_text().strip(), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def main_thread_cpu(worker) -> float:
-    """CPU seconds of the worker's main thread (its event loop: the stages, the core), from
-    ``/proc`` (0 where there is none): ÷ the wall time, how busy the loop was."""
-    pid = getattr(getattr(worker, "proc", None), "pid", None)
-    try:
-        return _task_cpu(pid, pid)[1]
-    except (OSError, ValueError, IndexError, TypeError):
-        return 0.0
-
-
 #: the kinds of a worker's threads :func:`thread_cpu` tells apart, by the names their libraries give them
 THREAD_KINDS = (("librdkafka", "rdk:"), ("rocksdb", "rocksdb:"))
 
@@ -195,6 +185,12 @@ def thread_cpu(worker) -> dict[str, float]:
         kind = "loop" if tid == pid else next((k for k, prefix in THREAD_KINDS if name.startswith(prefix)), "python")
         out[kind] = out.get(kind, 0.0) + seconds
     return out
+
+
+def main_thread_cpu(worker) -> float:
+    """CPU seconds of the worker's main thread (its event loop: the stages, the core), from
+    ``/proc`` (0 where there is none): ÷ the wall time, how busy the loop was."""
+    return thread_cpu(worker).get("loop", 0.0)
 
 
 def machine_cpu() -> tuple[int, int]:
@@ -246,7 +242,6 @@ def throughput(bootstrap: str, args, tmp: Path) -> dict:
         t_lo = t_hi = None
         t_ready, f_ready = time.perf_counter(), folded(workers)
         cpu_ready = [cpu_seconds(w) for w in workers]
-        main_ready = [main_thread_cpu(w) for w in workers]
         threads_ready = [thread_cpu(w) for w in workers]
         machine_ready = machine_cpu()
         deadline = time.monotonic() + args.timeout
@@ -271,15 +266,14 @@ def throughput(bootstrap: str, args, tmp: Path) -> dict:
         catch_up = (n - f_ready) / catch_up_s
         # each process's CPU (all its threads: librdkafka's too) per event of the catch-up
         cpu_us = [1e6 * (cpu_seconds(w) - c) / max(1.0, n - f_ready) for w, c in zip(workers, cpu_ready)]
-        # the share of the catch-up each worker's event loop ran (the rest it waited: fetches, flushes)
-        main_s = [main_thread_cpu(w) - c for w, c in zip(workers, main_ready)]
-        loop_busy = [m / catch_up_s for m in main_s]
-        # each event loop's own CPU per event: what the live cost would be had it never waited
-        loop_us = [1e6 * m / max(1.0, n - f_ready) for m in main_s]
         # each kind of thread's CPU per event: the loop's and the Python threads' together hold one GIL
         threads_s = [{k: v - before.get(k, 0.0) for k, v in thread_cpu(w).items()}
                      for w, before in zip(workers, threads_ready)]
         threads_us = [{k: 1e6 * v / max(1.0, n - f_ready) for k, v in t.items()} for t in threads_s]
+        # the share of the catch-up each worker's event loop ran (the rest it waited: fetches, flushes,
+        # the other threads' turns), and its own CPU per event: the live cost had it never waited
+        loop_busy = [t.get("loop", 0.0) / catch_up_s for t in threads_s]
+        loop_us = [t.get("loop", 0.0) for t in threads_us]
         gil_busy = [(t.get("loop", 0.0) + t.get("python", 0.0)) / catch_up_s for t in threads_s]
         busy, total = (b - a for a, b in zip(machine_ready, machine_cpu()))
         machine_busy = busy / total if total else 0.0  # of all cores: 1.0 is the machine saturated
@@ -719,13 +713,12 @@ def print_report(report: dict, signing: str, title: str | None = None) -> None:
             t.add_row("  event loop (main thread): CPU per event, share of the catch-up it ran",
                       ", ".join(f"{k} {us:.1f} µs {b:.0%}" for k, us, b in
                                 zip(names, r["loop_us_per_event"], r["loop_busy"])), "")
+            t.add_row("  the machine's cores busy meanwhile (the broker's too)", f"{r['machine_busy']:.0%}", "")
         if r.get("threads_us_per_event"):
             t.add_row("  CPU per event by thread (loop + other Python threads + librdkafka), "
                       "share of the catch-up the GIL was held (loop + Python threads)",
                       ", ".join(f"{k} {th.get('loop', 0):.1f} + {th.get('python', 0):.1f} + {th.get('librdkafka', 0):.1f} µs, "
                                 f"{g:.0%}" for k, th, g in zip(names, r["threads_us_per_event"], r["gil_busy"])), "")
-        if r.get("loop_busy"):
-            t.add_row("  the machine's cores busy meanwhile (the broker's too)", f"{r['machine_busy']:.0%}", "")
         if r.get("stages"):
             wall = r["stages_wall_s"]
             parts = ", ".join(f"{k.replace('_', ' ')} {v.get('s', 0) / wall:.0%}" for k, v in sorted(r["stages"].items()))
