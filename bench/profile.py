@@ -52,6 +52,7 @@ class Profiler:
         if not Path(exe).exists():
             print("py-spy is not installed (pip install py-spy): no profile", file=sys.stderr)
             return
+        out.parent.mkdir(parents=True, exist_ok=True)  # (py-spy writes nothing into a missing directory)
         formats = [("raw", out.with_suffix(".txt"))] + ([("flamegraph", out.with_suffix(".svg"))] if flame else [])
         for fmt, path in formats:
             self.procs.append(subprocess.Popen(

@@ -1,0 +1,87 @@
+"""The fold stage hands each record's emissions to the outbox as soon as the record is folded
+(issue 27: librdkafka sends them while the next records fold, so the batch's flush waits only
+for the last ones), and the batch still counts as done only after one flush of everything:
+the same records, in the same order, as publishing them all at the batch's end."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+
+from streams.referee.referee import Referee
+from streams.testing.cohort import generate_cohorts
+from streams.worker.stages import FoldStage, RawRecord
+
+from tests.unit.test_fold_batch import CODEC, T0, batched, damaged_log
+
+
+class RecordingOutbox:
+    """What the stage asked of the outbox, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def emit(self, em) -> None:
+        self.calls.append(("emit", em))
+
+    def dead_letter(self, record, original_headers=None) -> None:
+        self.calls.append(("dead", record["error_kind"]))
+
+    async def flush(self) -> None:
+        self.calls.append(("flush",))
+
+
+def stage() -> tuple[FoldStage, RecordingOutbox]:
+    outbox = RecordingOutbox()
+    settings = SimpleNamespace(topics=SimpleNamespace(by_cohort="lineage.by-cohort", events="lineage.events"))
+    fold = FoldStage(settings, CODEC, Referee(), outbox, asyncio.Lock())  # type: ignore[arg-type]
+    fold.input.assign(0, 0)
+    return fold, outbox
+
+
+def diverging_log() -> list[bytes]:
+    """EventBatch records of two cohorts with divergences (their manifests make the batch publish
+    commitments), one undecodable event among them (a dead letter)."""
+    dicts = list(generate_cohorts(jobs=12, cohort_size=6, steps=300, seed=3, prefix="d", t0=T0,
+                                  divergence_rate=0.5))
+    values = [CODEC.encode_event(d) for d in dicts]
+    values.insert(50, b"\x00\x01not an event")
+    out = []
+    for start in range(0, len(values), 64):
+        events = [{"partition": 0, "offset": start + i, "value": v} for i, v in enumerate(values[start:start + 64])]
+        out.append(CODEC.encode_record("EventBatch", {"cohort_id": "c-d", "events": events}))
+    return out
+
+
+def records(values: list[bytes]) -> list[RawRecord]:
+    return [RawRecord("lineage.by-cohort", 0, k, b"c-f", v, T0 + k, lambda: []) for k, v in enumerate(values)]
+
+
+def test_each_records_emissions_go_out_before_the_next_record_folds():
+    values = damaged_log()
+    fold, outbox = stage()
+    batch = fold.begin()
+    for r in records(values):
+        fold.take(batch, r)
+        assert [c[1] for c in outbox.calls if c[0] == "emit"] == batch  # all of them, already produced
+    assert batch
+    assert ("flush",) not in outbox.calls  # nothing counts as done yet
+
+
+@pytest.mark.parametrize("log", [damaged_log, diverging_log])
+def test_one_flush_after_the_same_records_in_the_same_order(log):
+    values = log()
+    fold, outbox = stage()
+    asyncio.run(fold.process(records(values)))
+    published, rejects = batched(values)  # every emission at the end, in order (the oracle)
+    emits = [c[1] for c in outbox.calls if c[0] == "emit"]
+    commitments = [em for em in emits if em.record == "LineageCommitment"]
+    if any(em.topic == "manifests" for em in published):
+        assert commitments  # a batch with a manifest publishes the dirty cohorts' commitments
+    assert emits[:len(published)] == published
+    assert emits[len(published):] == commitments  # after every emission of the batch
+    assert outbox.calls[-1] == ("flush",) and outbox.calls.count(("flush",)) == 1
+    assert sum(1 for c in outbox.calls if c[0] == "dead") == len(rejects)
+    assert fold.input.position[0] == len(values)  # (moved in memory; committed once flushed)
