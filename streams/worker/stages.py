@@ -292,12 +292,6 @@ class FoldStage(Stage):
         # router's clock), as in a replay: what it decides is reproducible from the log
         n, emissions = fold_batch(self.codec, self.referee, rec.value, rec.partition, rec.offset,
                                   rec.timestamp or now_ms(), True, functools.partial(self._reject, rec), self.parsed)
-        # produced now, not at the batch's end: librdkafka sends them (on its own threads) while the
-        # next records fold, so the flush waits only for the last ones (issue 27); the batch still
-        # counts as done only once the flush has them all
-        emit = self.outbox.emit
-        for em in emissions:
-            emit(em)
         out.extend(emissions)
         self.folded[rec.partition] = self.folded.get(rec.partition, 0) + max(n, 1)  # a tick counts too
         metrics.FOLDED.inc(n)
@@ -322,10 +316,9 @@ class FoldStage(Stage):
     async def finish(self, out: list[Emission]) -> None:
         referee = self.referee
         if any(em.topic == "manifests" for em in out):
-            commitments = referee.commitments(now_ms())
-            for em in commitments:
-                self.outbox.emit(em)
-            out.extend(commitments)
+            out.extend(referee.commitments(now_ms()))
+        for em in out:
+            self.outbox.emit(em)
         await self.outbox.flush()
         metrics.observe_published(out)  # traintrace_divergence_to_command_seconds
         # (the gauges of the referee's state walk every cohort in memory: housekeeping sets
