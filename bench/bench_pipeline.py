@@ -11,7 +11,8 @@
    group's join before it is printed apart. Beside it, each worker's CPU per event by thread
    (its event loop, its other Python threads, librdkafka's) and the share of the catch-up its
    GIL was held (the loop's and the Python threads' CPU ÷ the wall time: near 100 %, the
-   process is bound by one core whatever the machine has). ``--profile DIR`` records each worker
+   process is bound by one core whatever the machine has); and what the rest of the machine (the
+   broker, the bench) spent an event: its cores' busy time less the workers' CPU. ``--profile DIR`` records each worker
    with py-spy meanwhile and prints where its time went (``bench/profile.py``).
 2. Latency: with the workers caught up and every partition taken over, ``--incidents`` small cohorts are set up (A wrote
    A-520 past its coming onset, B consumed it); then A's divergence event is produced and the
@@ -277,6 +278,9 @@ def throughput(bootstrap: str, args, tmp: Path) -> dict:
         gil_busy = [(t.get("loop", 0.0) + t.get("python", 0.0)) / catch_up_s for t in threads_s]
         busy, total = (b - a for a, b in zip(machine_ready, machine_cpu()))
         machine_busy = busy / total if total else 0.0  # of all cores: 1.0 is the machine saturated
+        # what the rest of the machine (the broker, the bench itself, anything else) spent an event
+        rest_us = max(0.0, 1e6 * busy / os.sysconf("SC_CLK_TCK") / max(1.0, n - f_ready) - sum(cpu_us)) \
+            if total else 0.0
         join_s = t_ready - t_started
         stages = {k: v for w in workers for k, v in stage_seconds(w).items() if v.get("calls")} \
             if args.workers == 1 else {}
@@ -302,7 +306,7 @@ def throughput(bootstrap: str, args, tmp: Path) -> dict:
             "ratio_fold_over_raw_typed": rate / raw_typed, "catch_up_per_s": catch_up, "ratio_catch_up_over_raw": catch_up / raw,
             "join_s": join_s, "loop_busy": loop_busy, "loop_us_per_event": loop_us,
             "threads_us_per_event": threads_us, "gil_busy": gil_busy,
-            "machine_busy": machine_busy, "stages": stages, "stages_wall_s": stages_wall, "cpu_us_per_event": cpu_us}
+            "machine_busy": machine_busy, "rest_us_per_event": rest_us, "stages": stages, "stages_wall_s": stages_wall, "cpu_us_per_event": cpu_us}
 
 
 def bench_events(args):
@@ -714,6 +718,9 @@ def print_report(report: dict, signing: str, title: str | None = None) -> None:
                       ", ".join(f"{k} {us:.1f} µs {b:.0%}" for k, us, b in
                                 zip(names, r["loop_us_per_event"], r["loop_busy"])), "")
             t.add_row("  the machine's cores busy meanwhile (the broker's too)", f"{r['machine_busy']:.0%}", "")
+            if "rest_us_per_event" in r:
+                t.add_row("  CPU per event of the rest of the machine (the broker, the bench)",
+                          f"{r['rest_us_per_event']:.1f} µs", "")
         if r.get("threads_us_per_event"):
             t.add_row("  CPU per event by thread (loop + other Python threads + librdkafka), "
                       "share of the catch-up the GIL was held (loop + Python threads)",
