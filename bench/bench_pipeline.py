@@ -12,8 +12,9 @@
    (its event loop, its other Python threads, librdkafka's) and the share of the catch-up its
    GIL was held (the loop's and the Python threads' CPU ÷ the wall time: near 100 %, the
    process is bound by one core whatever the machine has); and what the rest of the machine (the
-   broker, the bench) spent an event: its cores' busy time less the workers' CPU. ``--profile DIR`` records each worker
-   with py-spy meanwhile and prints where its time went (``bench/profile.py``).
+   broker, the bench) spent an event: its cores' busy time less the workers' CPU. ``--profile
+   DIR`` records each worker with py-spy meanwhile and prints where its time went
+   (``bench/profile.py``).
 2. Latency: with the workers caught up and every partition taken over, ``--incidents`` small cohorts are set up (A wrote
    A-520 past its coming onset, B consumed it); then A's divergence event is produced and the
    clock runs until the last RollbackCommand of the scope (A and B) is on ``lineage.control``.

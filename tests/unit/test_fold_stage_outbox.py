@@ -45,8 +45,8 @@ def stage() -> tuple[FoldStage, RecordingOutbox]:
 
 
 def diverging_log() -> list[bytes]:
-    """EventBatch records of two cohorts with divergences (their manifests make the batch publish
-    commitments), one undecodable event among them (a dead letter)."""
+    """EventBatch records of one cohort's events with divergences (their manifests make the call
+    publish commitments), one undecodable event among them (a dead letter)."""
     dicts = list(generate_cohorts(jobs=12, cohort_size=6, steps=300, seed=3, prefix="d", t0=T0,
                                   divergence_rate=0.5))
     values = [CODEC.encode_event(d) for d in dicts]
@@ -59,7 +59,7 @@ def diverging_log() -> list[bytes]:
 
 
 def records(values: list[bytes]) -> list[RawRecord]:
-    return [RawRecord("lineage.by-cohort", 0, k, b"c-f", v, T0 + k, lambda: []) for k, v in enumerate(values)]
+    return [RawRecord("lineage.by-cohort", 0, k, b"c", v, T0 + k, lambda: []) for k, v in enumerate(values)]
 
 
 @pytest.mark.parametrize("log", [damaged_log, diverging_log])
