@@ -155,11 +155,15 @@ def cpu_seconds(worker) -> float:
         return 0.0
 
 
+#: clock ticks a second, the unit of /proc's CPU times
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
 def _task_cpu(pid: int, tid: int) -> tuple[str, float]:
     """(name, CPU seconds) of one thread of ``pid``, from ``/proc`` (OSError when it is gone)."""
     task = Path(f"/proc/{pid}/task/{tid}")
     fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-    return (task / "comm").read_text().strip(), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return (task / "comm").read_text().strip(), (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 #: the kinds of a worker's threads :func:`thread_cpu` tells apart, by the names their libraries give them
@@ -187,12 +191,6 @@ def thread_cpu(worker) -> dict[str, float]:
         kind = "loop" if tid == pid else next((k for k, prefix in THREAD_KINDS if name.startswith(prefix)), "python")
         out[kind] = out.get(kind, 0.0) + seconds
     return out
-
-
-def main_thread_cpu(worker) -> float:
-    """CPU seconds of the worker's main thread (its event loop: the stages, the core), from
-    ``/proc`` (0 where there is none): ÷ the wall time, how busy the loop was."""
-    return thread_cpu(worker).get("loop", 0.0)
 
 
 def machine_cpu() -> tuple[int, int]:
@@ -280,7 +278,7 @@ def throughput(bootstrap: str, args, tmp: Path) -> dict:
         busy, total = (b - a for a, b in zip(machine_ready, machine_cpu()))
         machine_busy = busy / total if total else 0.0  # of all cores: 1.0 is the machine saturated
         # what the rest of the machine (the broker, the bench itself, anything else) spent an event
-        rest_us = max(0.0, 1e6 * busy / os.sysconf("SC_CLK_TCK") / max(1.0, n - f_ready) - sum(cpu_us)) \
+        rest_us = max(0.0, 1e6 * busy / CLK_TCK / max(1.0, n - f_ready) - sum(cpu_us)) \
             if total else 0.0
         join_s = t_ready - t_started
         stages = {k: v for w in workers for k, v in stage_seconds(w).items() if v.get("calls")} \
@@ -296,7 +294,7 @@ def throughput(bootstrap: str, args, tmp: Path) -> dict:
     finally:
         for w in workers:
             w.kill()
-    forget_run(bootstrap, prefix, app_id, keep=getattr(args, "keep_topics", False))
+    forget_run(bootstrap, prefix, app_id, keep=args.keep_topics)
     # the pure fold of the same events, on the same machine, in this run (the workers stopped)
     pure_us = pure_fold_us(args)
     live_us = 1e6 / (rate / args.workers)
@@ -449,7 +447,7 @@ def latency(bootstrap: str, args, tmp: Path) -> dict:
         stop.set()
         for w in workers:
             w.kill()
-    forget_run(bootstrap, prefix, app_id, keep=getattr(args, "keep_topics", False))
+    forget_run(bootstrap, prefix, app_id, keep=args.keep_topics)
     slowest = sorted(zip(lat, at), reverse=True)[:3]
     lat.sort()
     q = statistics.quantiles(lat, n=100, method="inclusive") if len(lat) >= 2 else lat * 99

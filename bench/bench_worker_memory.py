@@ -87,7 +87,7 @@ def main() -> int:
                     marks[mark] = rss_kib(w.proc.pid)
             finally:
                 w.kill()
-        forget_run(bootstrap, prefix, f"tt-{prefix.rstrip('.')}", keep=args.keep_topics)
+        forget_run(bootstrap, prefix, w.app_id, keep=args.keep_topics)
         lo, hi = args.first, n
         out = {"events": n, "worker_args": args.worker_args, "rss_kib": marks,
                "growth_bytes_per_event": round((marks[hi] - marks[lo]) * 1024 / (hi - lo), 1)}
