@@ -5,7 +5,11 @@ The rules, in one place:
 
 - Plans: the last of a job's ``RollbackCommand`` / ``QuarantineNotice`` / ``PlanCleared`` is in
   force; every earlier one is superseded by it; a ``PlanCleared`` means no plan. A
-  ``QuarantineNotice`` is the plan ``QUARANTINE`` (no target).
+  ``QuarantineNotice`` is the plan ``QUARANTINE`` (no target). A plan record whose command id an
+  earlier record already superseded is a copy published again by a worker that re-folded from
+  before its successor (at least once: a takeover while the old owner's outputs were still in
+  flight): it changes nothing, since a superseded command never comes back into force (SPEC §10:
+  a changed plan is a new command that names the one it supersedes).
 - Halts: the last ``HaltCommand`` of a job is in force; reason ``RELEASE`` means not halted.
 - Command ids: every one folded, and every one a folded record names in ``supersedes``, is
   taken (a worker never publishes it again).
@@ -48,6 +52,8 @@ class JobControl:
     halt_changed_at: int | None = None
     #: every command id folded and every one they supersede
     command_ids: set[str] = field(default_factory=set)
+    #: the command ids a folded record supersedes
+    superseded_ids: set[str] = field(default_factory=set)
     folded: int = 0
 
     @property
@@ -61,13 +67,14 @@ class JobControl:
         at = self.folded
         self.folded += 1
         self.command_ids.add(cmd.command_id)
+        if cmd.is_plan and cmd.command_id not in self.superseded_ids:  # (else a copy: see the module doc)
+            self.last_plan, self.plan_at = cmd, at
         if cmd.supersedes:
             # superseded on the topic already: a replay that starts before the record that
             # superseded it must not publish it after its successor
             self.command_ids.add(cmd.supersedes)
-        if cmd.is_plan:
-            self.last_plan, self.plan_at = cmd, at
-        elif cmd.is_halt and cmd.command_id not in self.applied:
+            self.superseded_ids.add(cmd.supersedes)
+        if cmd.is_halt and cmd.command_id not in self.applied:
             halted = not cmd.is_release
             if halted != self.halted:
                 self.halted, self.halt_changed_at = halted, at

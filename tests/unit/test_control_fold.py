@@ -112,3 +112,24 @@ def test_the_client_takes_kafka_settings_or_servers(tmp_path, monkeypatch) -> No
     monkeypatch.delenv(BOOTSTRAP_ENV, raising=False)
     with pytest.raises(ClientError, match="no Kafka bootstrap servers"):
         JobClient("A", "c1", "m", journal_dir=tmp_path / "b", follow_control=False)
+
+
+def test_a_superseded_command_published_again_does_not_come_back_into_force() -> None:
+    """A worker that took a partition over while the old owner's outputs were in flight re-folded
+    from before a QuarantineNotice and published the RollbackCommand it supersedes once more
+    (seen in the fault suite, a broker paused past the session timeout): the copy changes nothing,
+    for the plans in force, the worker's last plan records and a job's decide alike."""
+    trail = [record("RollbackCommand", "r1"), record("QuarantineNotice", "q1", supersedes="r1"),
+             record("RollbackCommand", "r1")]
+    state = fold_control(trail)
+    assert state.plans["A"]["command_id"] == "q1" and state.plans["A"]["action"] == "QUARANTINE"
+    assert state.last_plans == {"A": ("QuarantineNotice", "q1")}
+    assert state.command_ids == {"r1", "q1"}
+    out = decide(JobView(0, set(), False), [command_from_record(*r) for r in trail])
+    assert [(c.command_id, c.outcome) for c in out] == [("r1", "superseded"), ("q1", "quarantine"),
+                                                        ("r1", "superseded")]
+    out = decide(JobView(0, {"r1"}, False), [command_from_record(*r) for r in trail[1:]])
+    assert [(c.command_id, c.outcome) for c in out] == [("q1", "quarantine"), ("r1", "duplicate")]
+    # a copy of the plan in force, never superseded, is still the plan in force
+    again = fold_control([record("RollbackCommand", "r1"), record("RollbackCommand", "r1")])
+    assert again.plans["A"]["command_id"] == "r1"
