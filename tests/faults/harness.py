@@ -76,6 +76,10 @@ class Feeder(threading.Thread):
             except BufferError:
                 self.producer.poll(0.05)
 
+    def _partitions(self, consumer: Any) -> list[TopicPartition]:
+        md = consumer.list_topics(timeout=10)
+        return [TopicPartition(t, p) for t in self.topics for p in sorted(md.topics[t].partitions)]
+
     def run(self) -> None:
         t0 = time.monotonic()
         per = self.seconds / max(1, len(self.events))
@@ -127,14 +131,19 @@ class LagWatch(threading.Thread):
         ends = {(tp.topic, tp.partition): consumer.get_watermark_offsets(tp, timeout=1)[1] for tp in parts}
         return Sample(at, committed, ends)
 
+    def _partitions(self, consumer: Any) -> list[TopicPartition]:
+        md = consumer.list_topics(timeout=10)
+        return [TopicPartition(t, p) for t in self.topics for p in sorted(md.topics[t].partitions)]
+
     def run(self) -> None:
         kafka = KafkaSettings.of(self.bootstrap)
         consumer = kafka.consumer(self.app_id)
+        parts: list[TopicPartition] = []
         try:
-            md = consumer.list_topics(timeout=10)
-            parts = [TopicPartition(t, p) for t in self.topics for p in sorted(md.topics[t].partitions)]
             while not self._stop_flag.is_set():
                 try:
+                    if not parts:  # the partitions, asked inside the loop: the first ask may fall mid-fault too
+                        parts = self._partitions(consumer)
                     self.samples.append(self._sample(consumer, parts))
                 except Exception as exc:  # the cluster is mid-fault: no sample this time, and a
                     self.failures += 1     # new client (an old one may cling to a dead leader)
