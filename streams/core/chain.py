@@ -74,6 +74,14 @@ def canonical_bytes(event: Event) -> bytes:
 def canonical_with_nulls(event: Event) -> tuple[bytes, tuple[int, ...]]:
     """The canonical bytes, and the positions of the fields that are null (the encoding writes
     null and the empty string alike; the fold's duplicate check tells them apart)."""
+    writer = _WRITERS.get(type(event))
+    if writer is None:
+        writer = _WRITERS[type(event)] = _writer(type(event))
+    return writer(event)
+
+
+def _generic(event: Event) -> tuple[bytes, tuple[int, ...]]:
+    """:func:`canonical_with_nulls` of any event, value by value (the module doc's rules)."""
     cls = type(event)
     g = _GETTERS.get(cls)
     if g is None:
@@ -83,7 +91,7 @@ def canonical_with_nulls(event: Event) -> tuple[bytes, tuple[int, ...]]:
     head, get, extra = g
     out = [head]
     nulls: list[int] = []
-    for i, v in enumerate(get(event)):  # _text inlined: this runs for every folded event
+    for i, v in enumerate(get(event)):
         if v is None:
             out.append("\x00")
             nulls.append(i)
@@ -96,6 +104,61 @@ def canonical_with_nulls(event: Event) -> tuple[bytes, tuple[int, ...]]:
         if part is not None:
             out.append(f"{part}\x00")
     return "".join(out).encode("utf-8"), tuple(nulls)
+
+
+#: event class -> its canonical writer (:func:`_writer`)
+_WRITERS: dict[type, Callable[[Any], tuple[bytes, tuple[int, ...]]]] = {}
+_KIND_TYPES = {"str": "str", "int": "int", "float": "float", "bool": "bool"}
+
+
+def _writer(cls: type) -> Callable[[Any], tuple[bytes, tuple[int, ...]]]:
+    """The canonical writer of one event class, written once: when every value has its
+    field's own type (``str``, ``int``, ``float``; or None where the field is nullable), as
+    :func:`~streams.core.events.parse_event` and the event reader build them, one f-string
+    writes the bytes (an exact ``float`` formats as its ``repr``, an exact ``int`` or ``str``
+    as itself: the generic rules); any other value goes the generic way. This runs for every
+    event folded (live and in ``analyze``) and every chain checked."""
+    order = _field_order(cls)
+    extra = _extra_fields(cls)
+    kinds = {f.name: str(f.type).replace(" ", "") for f in fields(cls)}
+    names: dict[str, Any] = {"_generic": _generic, "_get": attrgetter(*order) if len(order) > 1 else None}
+    checks, parts, lines = [], [], []
+    nullable = []
+    for i, name in enumerate(order):
+        kind = kinds[name]
+        base = kind.removesuffix("|None")
+        if base not in _KIND_TYPES or base == "bool":  # (no such field today) written the generic way
+            return _generic
+        check = f"type(v{i}) is {base}"
+        if kind.endswith("|None"):
+            check = f"(v{i} is None or {check})"
+            nullable.append(i)
+        checks.append(check)
+        parts.append(f"{{v{i}}}\\x00")
+    unpack = ", ".join(f"v{i}" for i in range(len(order))) + ("," if len(order) == 1 else "")
+    lines.append("def write(e):")
+    lines.append(f"    {unpack} = _get(e)" if len(order) > 1 else f"    v0 = e.{order[0]}")
+    lines.append(f"    if not ({' and '.join(checks)}):")
+    lines.append("        return _generic(e)")
+    lines.append("    nulls = ()")
+    for i in nullable:
+        lines.append(f"    if v{i} is None:")
+        lines.append(f"        v{i} = ''")
+        lines.append(f"        nulls += ({i},)")
+    text = f"f\"{cls.__name__}\\x00{''.join(parts)}\""
+    if extra:  # fields added later: only when set (module doc)
+        lines.append(f"    text = {text}")
+        for k, (name, how) in enumerate(extra):
+            names[f"_how{k}"] = how
+            lines.append(f"    part = _how{k}(e.{name})")
+            lines.append("    if part is not None:")
+            lines.append("        text += f'{part}\\x00'")
+        lines.append("    return text.encode('utf-8'), nulls")
+    else:
+        lines.append(f"    return {text}.encode('utf-8'), nulls")
+    exec(compile("\n".join(lines) + "\n", f"<canonical {cls.__name__}>", "exec"), names)  # noqa: S102 - our own source
+    write: Callable[[Any], tuple[bytes, tuple[int, ...]]] = names["write"]
+    return write
 
 
 def chain_hash(prev_hash: str | None, event: Event, canonical: bytes | None = None) -> str:
