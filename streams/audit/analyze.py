@@ -95,6 +95,26 @@ def _share_of(cohort: str, n: int) -> int:
     return zlib.crc32(cohort.encode("utf-8", "surrogatepass")) % n
 
 
+_JOB_KEY = '"job_id": "'
+
+
+def _known_job(line: str, mapping: dict[str, str]) -> str | None:
+    """The cohort of the job a line names, read without parsing the line where that is sure,
+    else None (the line is parsed). Sure: the line has no backslash (so every ``"`` delimits a
+    string), one ``{`` (no nested object), ``"job_id"`` once, as ``"job_id": "``, and that job's
+    cohort is known. In a valid event that is the object's one ``job_id`` key (a string followed
+    by a colon is a key), and its value is the text up to the next quote: the job the line's
+    JSON names. In a line that is no valid event, it decides only which share reports the line,
+    and every share would report the same error of the same line. A first ``JobStarted`` (its
+    job not known yet), another spacing, an escape: parsed, as every line of this share is."""
+    at = line.find(_JOB_KEY)
+    if at < 0 or "\\" in line or line.count("{") != 1 or line.count('"job_id"') != 1:
+        return None
+    start = at + len(_JOB_KEY)
+    end = line.find('"', start)
+    return mapping.get(line[start:end]) if end >= 0 else None
+
+
 def _fold_share(path: str, config: Config | None, skip_invalid: bool, k: int, n: int,
                 progress: Progress | None) -> _Share:
     """Fold the lines of share ``k`` of ``n``: those of the cohorts :func:`_share_of` gives
@@ -115,6 +135,9 @@ def _fold_share(path: str, config: Config | None, skip_invalid: bool, k: int, n:
 
     with open_text(path) as fh:
         for lineno, line in enumerate(fh, start=1):
+            known = _known_job(line, mapping)
+            if known is not None and share(known) != k:
+                continue  # another share's line, not even parsed
             if not line.strip():
                 continue
             data = line_data(name, lineno, line)

@@ -87,3 +87,47 @@ def test_a_small_file_or_stdin_is_folded_in_one_process(tmp_path, monkeypatch):
     monkeypatch.setattr(analyze_mod, "PARALLEL_MIN_BYTES", 1 << 30)
     got = analyze_file(str(scenarios_dir() / "01_seed_example.jsonl"), processes=2)
     assert got.lineage is not None
+
+
+def test_lines_that_name_a_second_job_are_folded_by_their_own_jobs_share(tmp_path):
+    """A share skips another share's line without parsing it only when the job it names is
+    sure (streams.audit.analyze._known_job). Valid events written to name a decoy job of
+    another cohort as well, in every way JSON allows: a nested object, a key that is
+    ``job_id`` by an escape, a key ending in ``"job_id``, the real key without a space, a
+    duplicate key (the last wins), a job id with an escape; each is still folded, once, by the
+    share of its real job (the same answer as one process), and a plan depends on them."""
+    events = list(generate_cohorts(jobs=60, cohort_size=6, steps=300, seed=11, divergence_rate=0.3,
+                                   exploit_every=30, exploit_prob=0.6))
+    decoys = {}
+    for d in events:
+        if d["type"] == "JobStarted":
+            decoys.setdefault(d["cohort_id"], d["job_id"])
+    cohort_of = {d["job_id"]: d["cohort_id"] for d in events if d["type"] == "JobStarted"}
+    r = random.Random(11)
+    forms = 0
+    with (tmp_path / "decoys.jsonl").open("w") as fh:
+        for d in events:
+            line = json.dumps(d)
+            if d["type"] != "JobStarted" and r.random() < 0.3:
+                decoy = next(j for c, j in decoys.items() if c != cohort_of[d["job_id"]])
+                real = json.dumps(d["job_id"])
+                rest = {k: v for k, v in d.items() if k != "job_id"}
+                body = json.dumps(rest)[1:-1]
+                form = forms % 6
+                forms += 1
+                if form == 0:
+                    line = '{"meta": {"job_id": "%s"}, ' % decoy + body + ', "job_id":' + real + "}"
+                elif form == 1:
+                    line = '{"job_id": "%s", ' % decoy + body + ', "job\\u005fid": ' + real + "}"
+                elif form == 2:
+                    line = '{"x\\"job_id": "%s", ' % decoy + body + ', "job_id":' + real + "}"
+                elif form == 3:
+                    line = '{"job_id": "%s", ' % decoy + body + ', "job_id": ' + real + "}"
+                elif form == 4:
+                    line = "{" + body + ', "job_id": "' + d["job_id"].replace("-", "\\u002d") + '"}'
+                else:
+                    line = '{"note": "{\\"job_id\\": \\"%s\\"}", ' % decoy + body + ', "job_id": ' + real + "}"
+                assert json.loads(line)["job_id"] == d["job_id"], line
+            fh.write(line + "\n")
+    got = both(tmp_path / "decoys.jsonl")
+    assert got.events == len(events) and got.result["plans"]
