@@ -6,7 +6,8 @@ are merged as one process's would be (:func:`~streams.core.cohorts.merge_final_s
 process reads every line; each line is judged (validated, folded) by exactly one process, the
 one whose share holds the line's cohort, and every process learns each job's cohort from its
 ``JobStarted`` as :class:`~streams.core.cohorts.CohortRouter` does, so the routing, the skipped
-lines and the first bad line are the ones a single process finds.
+lines and the first bad line are the ones a single process finds. A line of another share
+whose job is sure from its text is not even parsed (:func:`_known_job`).
 """
 
 from __future__ import annotations
