@@ -91,9 +91,7 @@ def _valid(schema, named):
             return st.lists(_valid(schema["items"], named), max_size=4) | \
                 st.tuples(_valid(schema["items"], named)) | st.lists(_WRONG, min_size=1, max_size=2)
         if t == "record":  # a nested record: its fields valid, missing or wrong, an extra key now and then
-            for f in schema["fields"]:
-                _valid(f["type"], named)  # (names the types defined inside it now: later fields refer to them)
-            return _fields_of(schema, named)
+            return _fields_of(_plan(schema["fields"], named), schema["name"])
         schema = t
     return {
         "null": st.none(),
@@ -107,41 +105,54 @@ def _valid(schema, named):
     }[schema]
 
 
-def _fields(draw, fields, named) -> dict:
+def _plan(fields, named) -> list:
+    """Each field's name and the strategy of its valid values, made once (in order: a field
+    names the enums and records defined in it, and later fields use them)."""
+    return [(f["name"], _valid(f["type"], named)) for f in fields]
+
+
+_MODE = st.sampled_from(["valid"] * 8 + ["missing", "wrong"])
+
+
+def _fields(draw, plan) -> dict:
     rec: dict = {}
-    for f in fields:
-        valid = _valid(f["type"], named)  # (names the enums and records defined in it: later fields use them)
-        mode = draw(st.sampled_from(["valid"] * 8 + ["missing", "wrong"]))
+    for name, valid in plan:
+        mode = draw(_MODE)
         if mode == "valid":
-            rec[f["name"]] = draw(valid)
+            rec[name] = draw(valid)
         elif mode == "wrong":
-            rec[f["name"]] = draw(_WRONG)
+            rec[name] = draw(_WRONG)
     return rec
 
 
-@st.composite
-def _fields_of(draw, schema: dict, named: dict):
-    rec = _fields(draw, schema["fields"], named)
-    extra = draw(st.sampled_from([None] * 6 + ["type", "unknown"]))
-    if extra == "type":
-        rec["type"] = schema["name"]
-    elif extra == "unknown":
-        rec["no_such_field"] = 1
-    return rec
+def _fields_of(plan, record_name: str):
+    @st.composite
+    def nested(draw):
+        rec = _fields(draw, plan)
+        extra = draw(st.sampled_from([None] * 6 + ["type", "unknown"]))
+        if extra == "type":
+            rec["type"] = record_name
+        elif extra == "unknown":
+            rec["no_such_field"] = 1
+        return rec
+    return nested()
 
 
-@st.composite
-def records(draw, name: str, raw: dict):
-    named: dict = {}
-    rec = _fields(draw, raw["fields"], named)
-    extra = draw(st.sampled_from([None] * 6 + ["type", "wrong-type", "unknown"]))
-    if extra == "type":
-        rec["type"] = name
-    elif extra == "wrong-type":
-        rec["type"] = "Alert"
-    elif extra == "unknown":
-        rec["no_such_field"] = 1
-    return rec
+def records(name: str, raw: dict):
+    plan = _plan(raw["fields"], {})
+
+    @st.composite
+    def record(draw):
+        rec = _fields(draw, plan)
+        extra = draw(st.sampled_from([None] * 6 + ["type", "wrong-type", "unknown"]))
+        if extra == "type":
+            rec["type"] = name
+        elif extra == "wrong-type":
+            rec["type"] = "Alert"
+        elif extra == "unknown":
+            rec["no_such_field"] = 1
+        return rec
+    return record()
 
 
 @pytest.mark.parametrize("name", WRITTEN)
