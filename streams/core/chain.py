@@ -108,7 +108,8 @@ def _generic(event: Event) -> tuple[bytes, tuple[int, ...]]:
 
 #: event class -> its canonical writer (:func:`_writer`)
 _WRITERS: dict[type, Callable[[Any], tuple[bytes, tuple[int, ...]]]] = {}
-_KIND_TYPES = {"str": "str", "int": "int", "float": "float", "bool": "bool"}
+#: the annotated types a writer tests for (any other field is written the generic way)
+_WRITTEN_TYPES = frozenset({"str", "int", "float"})
 
 
 def _writer(cls: type) -> Callable[[Any], tuple[bytes, tuple[int, ...]]]:
@@ -127,7 +128,7 @@ def _writer(cls: type) -> Callable[[Any], tuple[bytes, tuple[int, ...]]]:
     for i, name in enumerate(order):
         kind = kinds[name]
         base = kind.removesuffix("|None")
-        if base not in _KIND_TYPES or base == "bool":  # (no such field today) written the generic way
+        if base not in _WRITTEN_TYPES:  # (no such field today)
             return _generic
         check = f"type(v{i}) is {base}"
         if kind.endswith("|None"):
@@ -135,9 +136,11 @@ def _writer(cls: type) -> Callable[[Any], tuple[bytes, tuple[int, ...]]]:
             nullable.append(i)
         checks.append(check)
         parts.append(f"{{v{i}}}\\x00")
-    unpack = ", ".join(f"v{i}" for i in range(len(order))) + ("," if len(order) == 1 else "")
     lines.append("def write(e):")
-    lines.append(f"    {unpack} = _get(e)" if len(order) > 1 else f"    v0 = e.{order[0]}")
+    if len(order) > 1:
+        lines.append(f"    {', '.join(f'v{i}' for i in range(len(order)))} = _get(e)")
+    else:
+        lines.append(f"    v0 = e.{order[0]}")
     lines.append(f"    if not ({' and '.join(checks)}):")
     lines.append("        return _generic(e)")
     lines.append("    nulls = ()")

@@ -246,8 +246,9 @@ def _parser_source(etype: str) -> tuple[str, dict[str, Any]]:
     :func:`_plan` read, checked and converted in turn, the common valid case of each kind
     written inline (a type test or two); anything else goes through :func:`_check`, which
     converts or raises with the reason. The same answer, and the same first error, as checking
-    field by field through the plan (``tests/unit/test_parse_event.py``), at a third of the cost:
-    this runs for every event ``analyze``, ``audit`` and the JSON Lines readers take."""
+    field by field through the plan (``tests/unit/test_parse_event.py``), for less (×1.2–1.5
+    faster, docs/benchmarks.md, nineteenth round): this runs for every event ``analyze`` and
+    the JSON Lines readers take, and every event a job client emits."""
     names: dict[str, Any] = {"_MISSING": _MISSING, "_check": _check, "InvalidEvent": InvalidEvent,
                              "_cls": EVENT_TYPES[etype]}
     lines = ["def parse(data):", "    get = data.get"]
