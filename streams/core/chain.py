@@ -27,7 +27,7 @@ from dataclasses import fields
 from operator import attrgetter
 from typing import Any, Callable
 
-from streams.core.events import Event
+from streams.core.events import Event, field_plan
 
 GENESIS = "0" * 64
 
@@ -51,14 +51,6 @@ def _field_order(cls: type) -> tuple[str, ...]:
 
 def _extra_fields(cls: type) -> tuple[tuple[str, Callable[[Any], Any]], ...]:
     return tuple((f.name, _WRITTEN_WHEN_SET[f.name]) for f in fields(cls) if f.name in _WRITTEN_WHEN_SET)
-
-
-def _text(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)
 
 
 #: per event class: its canonical head (type name and 0x00), the getter of its fields in order
@@ -121,17 +113,18 @@ def _writer(cls: type) -> Callable[[Any], tuple[bytes, tuple[int, ...]]]:
     event folded (live and in ``analyze``) and every chain checked."""
     order = _field_order(cls)
     extra = _extra_fields(cls)
-    kinds = {f.name: str(f.type).replace(" ", "") for f in fields(cls)}
+    # each field's kind as parse_event checks it (an enumerated string is a str)
+    kinds = {name: ("str" if isinstance(kind, tuple) else kind, nullable)
+             for name, kind, nullable, *_ in field_plan(cls.__name__)}
     names: dict[str, Any] = {"_generic": _generic, "_get": attrgetter(*order) if len(order) > 1 else None}
     checks, parts, lines = [], [], []
     nullable = []
     for i, name in enumerate(order):
-        kind = kinds[name]
-        base = kind.removesuffix("|None")
+        base, nullable_field = kinds[name]
         if base not in _WRITTEN_TYPES:  # (no such field today)
             return _generic
         check = f"type(v{i}) is {base}"
-        if kind.endswith("|None"):
+        if nullable_field:
             check = f"(v{i} is None or {check})"
             nullable.append(i)
         checks.append(check)

@@ -76,10 +76,6 @@ class Feeder(threading.Thread):
             except BufferError:
                 self.producer.poll(0.05)
 
-    def _partitions(self, consumer: Any) -> list[TopicPartition]:
-        md = consumer.list_topics(timeout=10)
-        return [TopicPartition(t, p) for t in self.topics for p in sorted(md.topics[t].partitions)]
-
     def run(self) -> None:
         t0 = time.monotonic()
         per = self.seconds / max(1, len(self.events))
