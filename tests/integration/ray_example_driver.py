@@ -103,9 +103,9 @@ class Swapped(LineagePBT):
 
 
 def start_ray() -> None:
-    """``ray.init(num_cpus=2)`` as the example's ``--smoke-test`` asks, started here first with
-    retries (:func:`ray_env.init`); the example's own ``ray.init`` then joins it
-    (``ignore_reinit_error``)."""
+    """``ray.init(num_cpus=2)`` as the example's ``--smoke-test`` asks, started here first by
+    :func:`ray_env.init` (its agents' ports given, so a loaded machine cannot make the raylet
+    abort); the example's own ``ray.init`` then joins it (``ignore_reinit_error``)."""
     import ray
 
     real_init = ray.init
