@@ -71,11 +71,12 @@ def _no_settings_leak(request: pytest.FixtureRequest):
 
 
 #: the files that take a quarter of a minute or more in a full run (measured, durations summed on
-#: three processes sharing two cores), longest first. The two Ray files are one unit of work
+#: three processes sharing two cores), longest first. The Ray files are one unit of work
 #: (:data:`SHARED_SCOPES`), first: ~8 minutes of one process while faults and churn run.
 LONGEST_FIRST = (
     "tests/integration/test_ray_examples.py",  # with test_ray.py: 400-550 s
     "tests/integration/test_ray.py",
+    "tests/integration/test_ray_env.py",  # 20 s
     "tests/faults/test_faults.py",  # 420-475 s
     "tests/integration/test_churn.py",  # 270 s
     "tests/integration/test_demo.py",  # 145 s
@@ -124,6 +125,7 @@ LONGEST_FIRST = (
 SHARED_SCOPES = {
     "tests/integration/test_ray_examples.py": "ray",
     "tests/integration/test_ray.py": "ray",
+    "tests/integration/test_ray_env.py": "ray",
 }
 
 
