@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 
 RAY_ENV = {"RAY_AIR_NEW_OUTPUT": "0", "RAY_DEDUP_LOGS": "0", "RAY_prestart_worker_first_driver": "0",
            # the driver's own wait for the raylet to register (30 s by default): a loaded machine
@@ -46,8 +47,21 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _raylet_takes(flag: str) -> bool:
+    """Whether this Ray's raylet has ``flag`` (its gflags ``--helpfull`` lists it): an unknown
+    flag would stop the raylet from starting at all."""
+    import ray._private.services as services
+
+    try:
+        p = subprocess.run([services.RAYLET_EXECUTABLE, "--helpfull"], capture_output=True, text=True,
+                           timeout=30)
+    except (AttributeError, OSError, subprocess.SubprocessError):
+        return False
+    return f"-{flag.lstrip('-')} " in p.stdout + p.stderr
+
+
 def _give_agent_ports() -> bool:
-    """Make the next local cluster this process starts get its agents' ports up front. Returns
+    """Make every local cluster this process starts get its agents' ports up front. Returns
     False, changing nothing, where this Ray has not the parts it changes (another version)."""
     import ray._private.node as node
     import ray._private.services as services
@@ -59,6 +73,7 @@ def _give_agent_ports() -> bool:
     node_init = node.Node.__init__
     start_process = services.start_ray_process
     listen: list[int] = []
+    flag = _raylet_takes(_LISTEN_FLAG)
 
     def init_node(self, ray_params, *args, head: bool = False, **kwargs):  # type: ignore[no-untyped-def]
         if head and all(hasattr(ray_params, name) for name in _AGENT_PORTS):
@@ -68,7 +83,7 @@ def _give_agent_ports() -> bool:
         node_init(self, ray_params, *args, head=head, **kwargs)
 
     def start(command, process_type, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if process_type == "raylet" and listen and not any(c.startswith(_LISTEN_FLAG) for c in command):
+        if flag and process_type == "raylet" and listen and not any(c.startswith(_LISTEN_FLAG) for c in command):
             command = [*command, f"{_LISTEN_FLAG}={listen[0]}"]
         return start_process(command, process_type, *args, **kwargs)
 
