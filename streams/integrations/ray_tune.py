@@ -498,6 +498,7 @@ class LineagePBT(PopulationBasedTraining):
             manager._latest_checkpoint_result = _TrainingResult(
                 checkpoint=Checkpoint.from_directory(w.path), metrics=dict(w.metrics))
             trial.set_config(copy.deepcopy(w.config))
+        self._past_written_checkpoints(trial)
         state = self._trial_state[trial]
         state.last_train_time = restored.step
         # synchronous PBT: the others wait at the next synchronisation point for this trial too, so
@@ -513,6 +514,24 @@ class LineagePBT(PopulationBasedTraining):
         job.last_checkpoint_id = restored.checkpoint_id
         job.restores.append(restored)
         return restored
+
+    @staticmethod
+    def _past_written_checkpoints(trial: Trial) -> None:
+        """Make Tune write the trial's next checkpoint past every ``checkpoint_NNNNNN`` directory the
+        trial has. Tune names it from the index of ``trial.storage``, which its driver raises only
+        when it registers a checkpoint; the checkpoint of the result at which PBT exploited for the
+        trial was written but never registered, so after a rollback to that very checkpoint the
+        trial's next one was written into it (seen: the target's directory then held the next
+        iteration, and the record's content hash no longer matched). Never raises."""
+        try:
+            storage = trial.storage
+            top = max((int(p.name[len("checkpoint_"):]) for p in Path(trial.path).iterdir()
+                       if p.name.startswith("checkpoint_") and p.name[len("checkpoint_"):].isdigit()),
+                      default=-1)
+            if storage.current_checkpoint_index < top:
+                storage.current_checkpoint_index = top
+        except Exception:  # noqa: BLE001 - another Ray: its naming stays
+            log.debug("traintrace: the checkpoint index of trial %s not raised", trial.trial_id)
 
     def _blocked(self, job: TrialJob) -> bool:
         """Whether ``job`` must not run: halted, or diverged and waiting for its rollback."""

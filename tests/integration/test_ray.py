@@ -34,6 +34,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ray = pytest.importorskip("ray")
 tune = pytest.importorskip("ray.tune")
 
+from streams.client.hashing import hash_directory  # noqa: E402
 from streams.integrations.ray_tune import LineagePBT  # noqa: E402
 from tests.integration.frameworks import exclusive  # noqa: E402
 
@@ -350,6 +351,10 @@ def test_an_exploit_of_a_diverged_trial_is_rolled_back_too(ray_cluster, lineage_
         assert mine[rb]["restored_checkpoint_id"] == target
         after = [e for e in mine[rb:] if e["type"] == "Progress"]
         assert after and after[0]["step"] == written[target]["step"] + 1, (j, target, after[:1])
+        # the target's directory still holds what was recorded: Tune wrote no later checkpoint
+        # into it (it did, for the trial exploited at the perturbation: LineagePBT._rollback)
+        kept = pbt.checkpoints[target]
+        assert hash_directory(kept.path) == kept.content_hash, (j, target, kept.path)
         assert after[-1]["step"] == 8, (j, [(e["type"], e.get("step"), e.get("status")) for e in mine[rb:]],
                                         (tmp_path / "starts.txt").read_text(), jobs[j].outcomes)
         assert mine[-1]["type"] == "JobFinished" and mine[-1]["status"] == "SUCCEEDED"
