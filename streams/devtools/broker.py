@@ -909,7 +909,12 @@ class LocalBroker:
         return JVM_MODES[jvm_mode(self.jvm)]
 
     def _launch(self, java: str, libs: Path, log4j: Path) -> subprocess.Popen:
-        """The broker's JVM, in its own session (it survives the CLI and its terminal)."""
+        """The broker's JVM, in its own session (it survives the CLI and its terminal). Its
+        temporary files (the native compression libraries it unpacks: liblz4-java, snappy, zstd)
+        go into its data directory: in /tmp, a broker that did not stop cleanly (killed, a lost
+        machine) left them there for good, ~100 of them after a test suite's run."""
+        tmp = self.data_dir / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
         cmd = [
             java,
             f"-Xms{self.heap_min}",
@@ -917,6 +922,7 @@ class LocalBroker:
             *self._jvm_flags(),
             "-XX:+ExitOnOutOfMemoryError",
             "-Djava.awt.headless=true",
+            f"-Djava.io.tmpdir={tmp}",
             f"-Dlog4j2.configurationFile={log4j}",
             f"-Dkafka.logs.dir={self.data_dir}",
             "-cp",

@@ -100,6 +100,12 @@ def test_local_broker_lifecycle(tmp_path: Path) -> None:
         # starting again while it runs is a no-op that reports the same address
         assert broker.start() == bootstrap
         assert AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).brokers
+        # its temporary files are its own: an lz4 batch makes it unpack liblz4-java, into its
+        # data directory (not /tmp, where a killed broker left it for good)
+        p = Producer({"bootstrap.servers": bootstrap, "compression.type": "lz4"})
+        p.produce("lz4-check", b"x" * 1000)
+        assert p.flush(30) == 0
+        assert list((data_dir / "tmp").glob("liblz4-java-*.so")), sorted((data_dir / "tmp").iterdir())
 
         # its client port is taken now: another broker asking for it gets PortInUse
         with pytest.raises(PortInUse) as info:

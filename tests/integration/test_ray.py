@@ -77,12 +77,14 @@ def train_fn(config):
             opt.step()
         with torch.no_grad():
             loss = torch.nn.functional.mse_loss(model(x), y).item()
-        d = tempfile.mkdtemp()
-        torch.save({"model": model.state_dict(), "iteration": it}, os.path.join(d, "state.pt"))
-        time.sleep(config.get("pace", 0.0))
-        arrive(config, it)
-        tune.report({"loss": loss, "score": config.get("score", 0.0)},
-                    checkpoint=tune.Checkpoint.from_directory(d))
+        # as Ray's own examples do: report() has copied the checkpoint when it returns, so the
+        # directory goes (a mkdtemp() here left one in /tmp per iteration of every test run)
+        with tempfile.TemporaryDirectory() as d:
+            torch.save({"model": model.state_dict(), "iteration": it}, os.path.join(d, "state.pt"))
+            time.sleep(config.get("pace", 0.0))
+            arrive(config, it)
+            tune.report({"loss": loss, "score": config.get("score", 0.0)},
+                        checkpoint=tune.Checkpoint.from_directory(d))
 
 
 def first_pass(config, ck) -> bool:
