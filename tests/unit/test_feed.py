@@ -42,15 +42,28 @@ class Msg:
 
 
 class FakeConsumer:
+    """``queue``: the fetches to come, each a list of records; ``poll()`` waits for the next
+    (none: None) and returns its first record, ``consume()`` what is fetched already."""
+
     def __init__(self) -> None:
         self.assigned: list[list[tuple[int, int]]] = []
         self.queue: list[list[Msg]] = []
+        self.fetched: list[Msg] = []
+        self.calls: list[tuple] = []
 
     def assign(self, tps) -> None:
         self.assigned.append([(tp.partition, tp.offset) for tp in tps])
 
+    def poll(self, timeout):
+        self.calls.append(("poll", timeout))
+        if not self.fetched and self.queue:
+            self.fetched = self.queue.pop(0)
+        return self.fetched.pop(0) if self.fetched else None
+
     def consume(self, n, timeout):
-        return self.queue.pop(0) if self.queue else []
+        self.calls.append(("consume", n, timeout))
+        got, self.fetched = self.fetched[:n], self.fetched[n:]
+        return got
 
     def get_watermark_offsets(self, tp, cached=False):
         assert cached  # the lag metric never costs a broker call
@@ -119,6 +132,22 @@ def test_the_feed_hands_the_stage_its_batches_and_follows_what_the_stage_process
     assert stage.input.position[0] == 3 == feed.at[0] and consumer.assigned == [[(0, 0)]]
 
 
+def test_a_batch_is_the_first_record_as_it_comes_and_then_what_is_fetched_without_waiting(monkeypatch):
+    """One record of light traffic is handed on at once (a consume() of the whole batch waited
+    its timeout for records that were not there), a backlog in batches of at most FEED_BATCH,
+    and an idle feed waits FEED_IDLE_S a round."""
+    from streams.worker.feed import FEED_BATCH, FEED_IDLE_S
+
+    stage = FakeStage()
+    feed, consumer = feed_of(stage, monkeypatch)
+    consumer.queue = [[Msg(0, 0)], [Msg(0, o) for o in range(1, FEED_BATCH + 11)]]
+    assert [r.offset for r in feed._consume()] == [0]
+    assert consumer.calls == [("poll", FEED_IDLE_S), ("consume", FEED_BATCH - 1, 0)]
+    assert len(feed._consume()) == FEED_BATCH and [r.offset for r in feed._consume()] == list(range(2001, 2011))
+    consumer.calls.clear()
+    assert feed._consume() == [] and consumer.calls == [("poll", FEED_IDLE_S)]
+
+
 def test_the_feed_knows_the_high_watermarks_faust_no_longer_fetches(monkeypatch):
     from streams.worker import metrics
 
@@ -142,7 +171,7 @@ def test_the_feed_knows_the_high_watermarks_faust_no_longer_fetches(monkeypatch)
 
 
 def test_a_clean_stop_during_a_consume_ends_the_feed_and_closes_its_consumer_after_the_call(monkeypatch):
-    """The worker's stop closes the feed while a consume() runs in its thread: the consumer is
+    """The worker's stop closes the feed while a poll() runs in its thread: the consumer is
     closed once that call returns (never under it), what it got is left to the next owner, and
     the feed ends instead of failing on a closed consumer (which made every SIGTERM an exit 70)."""
     import threading
@@ -152,13 +181,17 @@ def test_a_clean_stop_during_a_consume_ends_the_feed_and_closes_its_consumer_aft
     stage.input.assign(0, 0)
     entered, release, calls = threading.Event(), threading.Event(), []
 
-    def consume(n, timeout):
+    def poll(timeout):
         entered.set()
         release.wait(5)
-        assert not calls, "consume() ran on a closed consumer"
-        return [Msg(0, 0)]
+        assert not calls, "poll() ran on a closed consumer"
+        return Msg(0, 0)
 
-    consumer.consume = consume
+    def consume(n, timeout):
+        assert not calls, "consume() ran on a closed consumer"
+        return []
+
+    consumer.poll, consumer.consume = poll, consume
     consumer.close = lambda: calls.append("close")
 
     async def stop_midway() -> None:
