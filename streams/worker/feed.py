@@ -38,8 +38,8 @@ FEED_BATCH = 2000
 #: (A ``consume()`` of the whole batch waits its whole timeout unless the batch fills: that was
 #: 20 ms on every batch of light traffic, and 50 empty rounds a second of an idle feed.) Longer
 #: waits cost an idle worker less CPU but made a few incidents in a hundred wait ~130 ms for
-#: their commands (0.25 s: 3 of 100, p99 131-139 ms; not explained: the feed's records came at
-#: once, a stage's flush did not), which 0.05 s did not (p99 38-39 ms in three runs).
+#: their commands (0.25 s: p99 126-150 ms in six runs; not explained: the feed's records came
+#: at once, docs/benchmarks.md), which 0.05 s did not (p99 21-39 ms in five runs).
 FEED_IDLE_S = 0.05
 #: ms the broker holds a fetch of the feed's consumer while no record is there (a record that
 #: comes answers it at once). 10 ms cost the broker ~12 % of a core per idle worker (its two
