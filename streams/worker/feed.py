@@ -66,7 +66,7 @@ class DirectFeed:
         self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"traintrace-feed-{stage.name}")
 
     def close(self) -> None:
-        """Stop taking batches and close the consumer: now, or (a consume() still running in
+        """Stop taking batches and close the consumer: now, or (a poll() or consume() running in
         its thread) as soon as that returns: a consumer is never closed under a running call,
         and a clean stop is not a crash of the feed."""
         self.closing = True
