@@ -525,9 +525,9 @@ class LineagePBT(PopulationBasedTraining):
         iteration, and the record's content hash no longer matched). Never raises."""
         try:
             storage = trial.storage
-            top = max((int(p.name[len("checkpoint_"):]) for p in Path(trial.path).iterdir()
-                       if p.name.startswith("checkpoint_") and p.name[len("checkpoint_"):].isdigit()),
-                      default=-1)
+            indices = (p.name.removeprefix("checkpoint_") for p in Path(trial.path).iterdir()
+                       if p.name.startswith("checkpoint_"))
+            top = max((int(i) for i in indices if i.isdigit()), default=-1)
             if storage.current_checkpoint_index < top:
                 storage.current_checkpoint_index = top
         except Exception:  # noqa: BLE001 - another Ray: its naming stays
