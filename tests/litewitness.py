@@ -14,6 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from streams.devtools.worker_process import free_port
 from tests import go_verifier
 
 VERSION = "v0.6.1"
@@ -54,7 +55,7 @@ class LiteWitness:
         self.bindir, self.name = bindir, name
         self.dir = Path(tempfile.mkdtemp(prefix="lw-"))  # short: the agent's socket path is limited
         self.db = self.dir / "w.db"
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._agent: subprocess.Popen | None = None
         self._proc: subprocess.Popen | None = None
@@ -118,12 +119,6 @@ def _cosignature_vkey(name: str, ssh_pub: str) -> str:
 
     blob = base64.b64decode(ssh_pub.split()[1])
     return str(NoteKey(name, COSIGNATURE_V1, blob[-32:]))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait(cond, timeout: float, what: str) -> None:

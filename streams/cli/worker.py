@@ -77,6 +77,7 @@ def worker(bootstrap, kafka_config, topic_prefix, reset_data_dir, retention_ms, 
 
         if missing(("rocksdict",)):
             fail_missing("worker --store rocksdb", "worker", ["rocksdict"], alternative="--store memory")
+    _check_web_port(values["web_host"], values["web_port"])  # before a broker or the topics are touched
     if retention_ms == 0:
         fail("--retention-ms 0 would delete the audit trail at once: give milliseconds > 0, or -1 to keep everything")
     kafka = kafka_settings(bootstrap, kafka_config, start_broker=True)
@@ -97,6 +98,29 @@ def worker(bootstrap, kafka_config, topic_prefix, reset_data_dir, retention_ms, 
                       f"web http://{settings.web_host}:{settings.web_port}, data {settings.data_dir}, {key_note}",
                       highlight=False)
     run_worker(settings)
+
+
+def _check_web_port(host: str, port: int) -> None:
+    """Fail in one line when the HTTP views could not bind ``host:port`` (another worker on that
+    port, an address not of this machine), instead of Faust's traceback after the start."""
+    import errno
+    import socket
+
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        fail(f"--web-host {host}: {exc.strerror}; give a name or address of this machine (TRAINTRACE_WEB_HOST)")
+    for family, kind, proto, _name, address in addresses:
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the web server binds
+            try:
+                s.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    fail(f"--web-port {port}: {host}:{port} is already in use (another worker on this machine?); "
+                         "give each worker its own --web-port (TRAINTRACE_WEB_PORT)")
+                fail(f"--web-host {host} --web-port {port}: cannot bind: {exc.strerror} (TRAINTRACE_WEB_HOST, "
+                     "TRAINTRACE_WEB_PORT)")
 
 
 def _key_note(signing_key: Path | None) -> str:

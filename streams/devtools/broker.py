@@ -31,6 +31,7 @@ import contextlib
 import json
 import logging
 import os
+import random
 import re
 import shutil
 import signal
@@ -370,8 +371,20 @@ def port_is_free(port: int, host: str = LOOPBACK) -> bool:
     return True
 
 
+#: where :func:`pick_free_port` looks first: below Linux's ephemeral range (32768-60999), from
+#: which every outgoing connection takes its local port (a port the OS handed out with ``bind(0)``
+#: may be taken so before the server binds it), and above Ray's worker ports (10002-19999)
+SERVER_PORTS = range(20000, 32768)
+_ports = random.SystemRandom()  # not ``random``: pytest-randomly seeds it alike in every test process
+
+
 def pick_free_port(exclude: set[int] | frozenset[int] = frozenset(), host: str = LOOPBACK) -> int:
-    """A port the OS says is free on ``host`` (not in ``exclude``)."""
+    """A port free on ``host`` now (not in ``exclude``), from :data:`SERVER_PORTS` when one is
+    free there, else one the OS picks. Still a guess: whoever binds it must handle losing it."""
+    for _ in range(200):
+        port = _ports.choice(SERVER_PORTS)
+        if port not in exclude and port_is_free(port, host):
+            return port
     for _ in range(50):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind((host, 0))

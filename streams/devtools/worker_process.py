@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,9 +27,15 @@ from streams.kafka.topics import TopicNames, delete_run
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for a local server (see :func:`~streams.devtools.broker.pick_free_port`)."""
+    from streams.devtools.broker import pick_free_port
+
+    return pick_free_port()
+
+
+#: how often :meth:`WorkerProcess.wait_ready` restarts a worker whose web port was taken between
+#: the pick and its bind (a port is only free until someone binds it)
+PORT_RETRIES = 3
 
 
 @dataclass
@@ -49,10 +54,13 @@ class WorkerProcess:
     #: ``traintrace`` script of another environment, with ``cwd`` outside any source tree
     command: list[str] = field(default_factory=lambda: [sys.executable, "-m", "streams"])
     cwd: Path | None = None
+    #: where this run's output starts in ``log_path`` (the log is appended to over restarts)
+    _log_start: int = field(default=0, init=False, repr=False)
 
     def start(self) -> "WorkerProcess":
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.data_dir / "worker.log"
+        self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         log = open(self.log_path, "ab")
         cmd = [*self.command, "worker", "--bootstrap", self.bootstrap,
                "--topic-prefix", self.prefix, "--app-id", self.app_id, "--partitions", str(self.partitions),
@@ -83,9 +91,17 @@ class WorkerProcess:
         return float(self.get("/health", timeout=timeout).get("folded", 0))
 
     def wait_ready(self, timeout: float = 90.0) -> None:
+        """Until ``/health`` answers. A worker that exited because its web port was taken is
+        started again on another port (up to :data:`PORT_RETRIES` times); any other exit raises."""
         deadline = time.monotonic() + timeout
+        retries = PORT_RETRIES
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
+                if retries and self._lost_port():
+                    retries -= 1
+                    self.web_port = free_port()
+                    self.start()
+                    continue
                 raise RuntimeError(f"worker exited with {self.proc.returncode}:\n{self.log_tail()}")
             try:
                 self.get("/health", timeout=1.0)
@@ -93,6 +109,16 @@ class WorkerProcess:
             except Exception:
                 time.sleep(0.3)
         raise TimeoutError(f"worker on port {self.web_port} not ready after {timeout}s:\n{self.log_tail()}")
+
+    def _lost_port(self) -> bool:
+        """True when this run's log says the web port was in use (the worker's own check, or the
+        web server's bind after it)."""
+        if self.log_path is None or not self.log_path.exists():
+            return False
+        with open(self.log_path, "rb") as f:
+            f.seek(self._log_start)
+            text = f.read().decode(errors="replace")
+        return f":{self.web_port} is already in use" in text or f", {self.web_port}): address already in use" in text
 
     def owned(self) -> dict[str, list[int]]:
         """The input partitions the worker processes now, by stage (``/health``)."""

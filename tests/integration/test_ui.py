@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from typing import Any
 import pytest
 
 from streams.demo.leftovers import delete_run_topics
+from streams.devtools.worker_process import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -34,12 +34,6 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 DEMO_TIMEOUT = 420
 WAIT = 300  # generous: the machine may be loaded; never a wall-clock assertion
 SCREENSHOT_ENV = "TRAINTRACE_UI_SCREENSHOT"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _browser(profile: Path) -> Any:
@@ -104,7 +98,7 @@ def test_the_page_shows_the_incident_the_plans_and_the_acknowledgements(kafka_bo
     if shutil.which(CHROMIUM) is None or not os.path.exists(CHROMEDRIVER):
         pytest.skip("needs Debian's chromium and chromium-driver")
     pytest.importorskip("selenium")
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/"
     shots = tmp_path / "shots"
     shots.mkdir()
