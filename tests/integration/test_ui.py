@@ -86,6 +86,21 @@ def _until(driver: Any, what: str, css: list[str], shots: Path, name: str) -> No
     driver.save_screenshot(str(shots / f"{name}.png"))
 
 
+def _text(driver: Any, css: str) -> str:
+    """The text of the element ``css`` finds, found again when the page re-drew it between the
+    find and the read (the live page replaces its elements at each refresh: a
+    StaleElementReferenceException seen once in a loaded run)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    for _ in range(20):
+        try:
+            return driver.find_element(By.CSS_SELECTOR, css).text
+        except StaleElementReferenceException:
+            time.sleep(0.1)
+    raise AssertionError(f"{css} was re-drawn at every one of 20 reads")
+
+
 def _full_page(driver: Any, path: Path) -> None:
     """A screenshot 1400 px wide of the whole page (the window grown to its height)."""
     height = driver.execute_script("return document.documentElement.scrollHeight")
@@ -124,10 +139,7 @@ def test_the_page_shows_the_incident_the_plans_and_the_acknowledgements(kafka_bo
                 '[data-testid="plan"][data-job="j2"][data-record="RollbackCommand"][data-acknowledged="true"]'],
                shots, "3-acknowledged")
         _until(driver, "the cohort's lineage drawing", ['[data-testid="lineage"] svg'], shots, "4-lineage")
-        from selenium.webdriver.common.by import By
-
-        root = driver.find_element(By.CSS_SELECTOR, '[data-testid="incident"][data-root="j1"]')
-        assert "j2" in root.text  # contaminated through j1's checkpoint
+        assert "j2" in _text(driver, '[data-testid="incident"][data-root="j1"]')  # contaminated through j1's checkpoint
         _full_page(driver, shots / "5-page.png")
         if os.environ.get(SCREENSHOT_ENV):
             target = Path(os.environ[SCREENSHOT_ENV])
