@@ -22,7 +22,6 @@ The example itself is not touched: only how the cluster it runs on is started.""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 
 RAY_ENV = {"RAY_AIR_NEW_OUTPUT": "0", "RAY_DEDUP_LOGS": "0", "RAY_prestart_worker_first_driver": "0",
@@ -39,12 +38,6 @@ _LISTEN_FLAG = "--dashboard_agent_listen_port"
 def apply() -> None:
     for k, v in RAY_ENV.items():
         os.environ.setdefault(k, v)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _raylet_takes(flag: str) -> bool:
@@ -77,8 +70,13 @@ def _give_agent_ports() -> bool:
 
     def init_node(self, ray_params, *args, head: bool = False, **kwargs):  # type: ignore[no-untyped-def]
         if head and all(hasattr(ray_params, name) for name in _AGENT_PORTS):
+            from streams.devtools.broker import pick_free_port  # outside the ephemeral range
+
+            taken: set[int] = set()
             for name in _AGENT_PORTS:
-                setattr(ray_params, name, _free_port())
+                port = pick_free_port(exclude=taken)
+                taken.add(port)
+                setattr(ray_params, name, port)
             listen[:] = [ray_params.dashboard_agent_listen_port]
         node_init(self, ray_params, *args, head=head, **kwargs)
 
