@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -44,6 +45,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from streams.devtools import class_share
 from streams.devtools import secure as _secure
 from streams.kafka.errors import KafkaAdapterError
 
@@ -420,18 +422,39 @@ def find_java() -> str:
     raise JavaMissing(f"Kafka 4 needs Java {MIN_JAVA}+, found {', '.join(seen) or 'none usable'}; {hint}")
 
 
-def _java_major(java: str) -> int | None:
+@functools.lru_cache(maxsize=8)
+def java_version_text(java: str) -> str | None:
+    """What ``java -version`` says (None when it does not run)."""
     try:
         out = subprocess.run(
             [java, "-version"], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    m = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
+    return out.stderr + out.stdout
+
+
+def java_identity(java: str) -> str:
+    """The build of ``java``: its resolved path and ``-version`` text (a class-data archive is
+    only good for the build that wrote it)."""
+    return f"{os.path.realpath(java)}\n{java_version_text(java) or ''}"
+
+
+def _java_major(java: str) -> int | None:
+    text = java_version_text(java)
+    if text is None:
+        return None
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', text)
     if not m:
         return None
     major = int(m.group(1))
     return int(m.group(2) or 0) if major == 1 else major  # "1.8.0" -> 8
+
+
+def tool_class_share_flags(java: str, libs: Path) -> tuple[str, ...]:
+    """The flags that map the lean brokers' class-data archive into a Kafka tool's JVM (same
+    jars): none when there is none yet (a tool never starts its training)."""
+    return class_share.use_flags(class_share.archive_path(libs, java_identity(java), "lean"))
 
 
 def _marker(version: str, cache_dir: str | os.PathLike[str] | None) -> Path:
@@ -921,6 +944,16 @@ class LocalBroker:
     def _jvm_flags(self) -> tuple[str, ...]:
         return JVM_MODES[jvm_mode(self.jvm)]
 
+    def _class_share_flags(self, java: str, libs: Path) -> tuple[str, ...]:
+        """The flags that map this JVM mode's class-data archive (:mod:`streams.devtools.class_share`);
+        none yet when there is no archive, whose training this starts in the background."""
+        mode = jvm_mode(self.jvm)
+        archive = class_share.archive_path(libs, java_identity(java), mode)
+        flags = class_share.use_flags(archive)
+        if not flags:
+            class_share.start_training(archive, java, libs, mode, self.version)
+        return flags
+
     def _launch(self, java: str, libs: Path, log4j: Path) -> subprocess.Popen:
         """The broker's JVM, in its own session (it survives the CLI and its terminal). Its
         temporary files (the native compression libraries it unpacks: liblz4-java, snappy, zstd)
@@ -933,6 +966,7 @@ class LocalBroker:
             f"-Xms{self.heap_min}",
             f"-Xmx{self.heap_max}",
             *self._jvm_flags(),
+            *self._class_share_flags(java, libs),
             "-XX:+ExitOnOutOfMemoryError",
             "-Djava.awt.headless=true",
             f"-Djava.io.tmpdir={tmp}",
@@ -1020,6 +1054,7 @@ class LocalBroker:
             java,
             "-Xmx256m",
             *JVM_MODES["lean"],  # a short tool run: the client compiler is all it needs
+            *tool_class_share_flags(java, libs),
             f"-Dlog4j2.configurationFile={tools_log4j}",
             "-cp",
             str(libs / "*"),

@@ -58,6 +58,7 @@ from streams.devtools.broker import (
     read_record,
     render_log4j2_properties,
     resolve_jars,
+    tool_class_share_flags,
     wait_until_ready,
 )
 
@@ -497,7 +498,7 @@ class LocalCluster:
         java, libs = find_java(), resolve_jars(self.version, self.cache_dir)
         tool = self._quorum_tool()
         args = self._quorum_client_args()
-        cmd = [java, "-Xmx128m", *JVM_MODES["lean"], f"-Dlog4j2.configurationFile={tool.with_suffix('.log4j2.properties')}",
+        cmd = [java, "-Xmx128m", *JVM_MODES["lean"], *tool_class_share_flags(java, libs), f"-Dlog4j2.configurationFile={tool.with_suffix('.log4j2.properties')}",
                "-cp", str(libs / "*"), str(tool), *args]
         try:
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 30,

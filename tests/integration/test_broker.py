@@ -159,3 +159,40 @@ def test_a_record_reader_reads_single_records_at_their_offsets(kafka_bootstrap, 
         assert reader.read(1, 2, timeout=30).offset() == 2  # and on again
     finally:
         reader.close()
+
+
+def test_brokers_train_a_class_data_archive_once_and_later_ones_map_it(tmp_path: Path) -> None:
+    """The session's first broker started the training of the lean brokers' archive (unless an
+    earlier run made it): it appears, whole; the JVM maps it with sharing required (``-Xshare:on``
+    fails when it cannot) and loads Kafka's classes from it; a broker started now runs with it."""
+    import subprocess
+
+    from streams.devtools import class_share
+    from streams.devtools.broker import find_java, java_identity, resolve_jars
+
+    java, libs = find_java(), resolve_jars()
+    archive = class_share.archive_path(libs, java_identity(java), "lean")
+    deadline = time.monotonic() + 300
+    while not class_share.is_whole(archive) and time.monotonic() < deadline:
+        failed = archive.with_suffix(".failed")
+        assert not failed.exists(), (failed.read_text(), archive.with_suffix(".log").read_text())
+        if not archive.with_suffix(".training").exists():  # none ran in this session: start one
+            class_share.start_training(archive, java, libs, "lean", LocalBroker(tmp_path).version)
+        time.sleep(1)
+    assert class_share.is_whole(archive), sorted(archive.parent.iterdir())
+
+    run = subprocess.run([java, "-Xshare:on", f"-XX:SharedArchiveFile={archive}", "-Xlog:class+load=info",
+                          "-Xmx128m", "-cp", str(libs / "*"), "kafka.tools.StorageTool", "random-uuid"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    kafka = [ln for ln in run.stdout.splitlines() if "[class,load] org.apache.kafka." in ln]
+    mapped = [ln for ln in kafka if "source: shared objects file (top)" in ln]  # the archive's layer
+    assert len(mapped) > len(kafka) / 2, (len(mapped), len(kafka))
+
+    broker = LocalBroker(tmp_path / "mapped", die_with_parent=True)
+    try:
+        broker.start(timeout=90)
+        cmdline = Path(f"/proc/{broker.status()['pid']}/cmdline").read_bytes().split(b"\0")
+        assert f"-XX:SharedArchiveFile={archive}".encode() in cmdline
+    finally:
+        broker.stop()
