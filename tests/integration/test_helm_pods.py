@@ -19,13 +19,13 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from tests.unit.test_helm import CHART, HELM
+from tests.unit.test_helm import CHART, helm, helm_binary  # noqa: F401 - a fixture
 
-pytestmark = [pytest.mark.integration, pytest.mark.skipif(HELM is None, reason="helm is not built")]
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("helm_binary")]
 
 
 def pods(*sets: str) -> dict[str, dict]:
-    args = [HELM, "template", "tt", str(CHART)]
+    args = [helm(), "template", "tt", str(CHART)]
     for s in sets:
         args += ["--set", s]
     out = subprocess.run(args, capture_output=True, text=True, timeout=120, check=True).stdout

@@ -6,10 +6,12 @@ probes on /health, and every setting the chart passes is one a command reads."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,11 @@ REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "traintrace"
 
 
-def _helm() -> str | None:
+#: the helm the chart's tests run; .ci/run builds it in the background while the tests start
+HELM_VERSION = "v3.21.4"
+
+
+def _find_helm() -> str | None:
     found = shutil.which("helm")
     if found:
         return found
@@ -28,12 +34,35 @@ def _helm() -> str | None:
     return str(cand) if cand.exists() else None
 
 
-HELM = _helm()
-needs_helm = pytest.mark.skipif(HELM is None, reason="helm is not built (go install helm.sh/helm/v3/cmd/helm@v3.22.0)")
+@functools.lru_cache(maxsize=1)
+def helm() -> str | None:
+    """The ``helm`` binary, or None. While a build that ``.ci/run`` started runs (its pid in
+    ``TRAINTRACE_HELM_BUILD_PID``), wait for it (up to 15 minutes): the suite does not wait for
+    helm to start, only the tests that need it do, and by their turn it is usually built."""
+    pid = int(os.environ.get("TRAINTRACE_HELM_BUILD_PID") or 0)
+    deadline = time.monotonic() + 900
+    while _find_helm() is None and pid and time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(2)
+    return _find_helm()
+
+
+@pytest.fixture
+def helm_binary() -> str:
+    found = helm()
+    if found is None:
+        pytest.skip(f"helm is not built (go install helm.sh/helm/v3/cmd/helm@{HELM_VERSION})")
+    return found
+
+
+needs_helm = pytest.mark.usefixtures("helm_binary")
 
 
 def render(*sets: str, check: bool = True) -> list[dict] | subprocess.CompletedProcess:
-    args = [HELM, "template", "tt", str(CHART)]
+    args = [helm(), "template", "tt", str(CHART)]
     for s in sets:
         args += ["--set", s]
     p = subprocess.run(args, capture_output=True, text=True, timeout=120)
@@ -57,10 +86,10 @@ def test_the_charts_data_files_are_what_the_tables_write():
 
 @needs_helm
 def test_helm_lint_passes():
-    p = subprocess.run([HELM, "lint", "--strict", str(CHART), "--set", "kafka.bootstrap=kafka:9092"],
+    p = subprocess.run([helm(), "lint", "--strict", str(CHART), "--set", "kafka.bootstrap=kafka:9092"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
-    p = subprocess.run([HELM, "lint", "--strict", str(CHART), "--set", "strimzi.enabled=true",
+    p = subprocess.run([helm(), "lint", "--strict", str(CHART), "--set", "strimzi.enabled=true",
                         "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true",
                         "--set", "openlineage.enabled=true", "--set", "openlineage.url=http://marquez:5000",
                         "--set", "worker.routeReplicas=2"],
