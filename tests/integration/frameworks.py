@@ -90,6 +90,14 @@ class CohortRun:
                 out.setdefault(rec["job_id"], (rec["action"], rec.get("target_checkpoint_id")))
         return out
 
+    def quarantines(self) -> dict[str, list[str]]:
+        """The first QuarantineNotice of each job: job -> the checkpoint ids it quarantines."""
+        out: dict[str, list[str]] = {}
+        for name, rec in self.commands():
+            if name == "QuarantineNotice":
+                out.setdefault(rec["job_id"], list(rec["quarantined_checkpoint_ids"]))
+        return out
+
     def wait_status(self, checkpoint_id: str, status: str, timeout: float = 60.0) -> None:
         """Wait until the worker's gate answers ``status`` for ``checkpoint_id``."""
         from streams.client import checkpoint_status

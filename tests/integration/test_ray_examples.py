@@ -13,7 +13,8 @@ own process (``ray_example_driver.py``) with ``PopulationBasedTraining`` swapped
   the log audits clean; ``Tuner.fit()`` returns;
 - a NaN injected into one trial's ``mean_accuracy`` at iteration 6, after another trial exploited
   its iteration-5 checkpoint (a taint margin of 1 taints it): the diverged trial and exactly the
-  trials that exploited its tainted checkpoint are rolled back, and the run finishes. (Rotation
+  trials that exploited its tainted checkpoint are rolled back (or quarantined, an exploiter that
+  Ray ran to its end before the NaN), and the run finishes. (Rotation
   through the referee, SPEC §13, is ``test_ray.py``'s: this smoke test writes two checkpoints a
   trial, too few to rotate.)
 
@@ -158,10 +159,21 @@ def test_rays_own_example_with_a_nan_rolls_back_the_trial_and_its_exploiters(lin
     tainted_source = f"{bad}-5"
     exploiters = sorted(j for j, info in report["jobs"].items() if tainted_source in info["consumed"])
     assert exploiters
-    # exactly the diverged trial and its exploiters are rolled back
-    live = run.rollbacks()
-    assert sorted(live) == sorted([bad, *exploiters]), (live, exploiters)
-    for j in [bad, *exploiters]:
+    # exactly the diverged trial and its exploiters have a plan: each is rolled back, or, an exploiter
+    # that finished before the divergence reached the worker (Ray can run it to its end first on a
+    # loaded machine), quarantined with every tainted checkpoint it wrote (SPEC §7: a finished job
+    # cannot be rolled back)
+    live, quarantined = run.rollbacks(), run.quarantines()
+    assert sorted([*live, *quarantined]) == sorted([bad, *exploiters]), (live, quarantined, exploiters)
+    assert bad in live, (live, quarantined)
+    for j, ids in quarantined.items():
+        mine = [e for e in events if e["job_id"] == j]
+        took = next(e["seq"] for e in mine if e["type"] == "CheckpointConsumed"
+                    and e["source_checkpoint_id"] == tainted_source)
+        after = {e["checkpoint_id"] for e in mine if e["type"] == "CheckpointWritten" and e["seq"] > took}
+        assert after and after <= set(ids), (j, after, ids)
+        assert mine[-1]["type"] == "JobFinished" and not [e for e in mine if e["type"] == "RolledBack"]
+    for j in live:
         mine = [e for e in events if e["job_id"] == j]
         rb = [e for e in mine if e["type"] == "RolledBack"]
         assert rb, "no RolledBack: " + json.dumps({"job": j, "events": [(e["type"], e.get("step"), e.get("checkpoint_id") or e.get("source_checkpoint_id")) for e in mine], "report": report["jobs"][j], "plan": live.get(j)})
@@ -171,7 +183,9 @@ def test_rays_own_example_with_a_nan_rolls_back_the_trial_and_its_exploiters(lin
         assert [restored] == [r[0] for r in report["jobs"][j]["restores"][:1]]
         assert mine[-1]["type"] == "JobFinished"
     plans = run.plans()
-    assert plans["plans"] == [] and plans["halts"] == [], plans  # every plan acknowledged
+    # every rollback acknowledged; a quarantine stays in force
+    assert {p["job_id"]: p["action"] for p in plans["plans"]} == {j: "QUARANTINE" for j in quarantined}, plans
+    assert plans["halts"] == [], plans
     finished = {e["job_id"] for e in events if e["type"] == "JobFinished"}
     assert finished == set(report["jobs"])
     run.assert_audits_clean(Config(taint_margin=1))
