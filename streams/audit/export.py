@@ -7,6 +7,7 @@ of the read (or to ``until``) and writes the records byte for byte
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from streams.files.archive import LogRecord, default_codec, write_archive
 from streams.codec import Codec
-from streams.audit.log import TOPICS, Until
+from streams.audit.log import TOPICS, Until, cut_order
 
 if TYPE_CHECKING:  # confluent-kafka is imported only when exporting
     from streams.kafka.settings import KafkaSettings
@@ -58,7 +59,7 @@ def export(kafka: KafkaSettings | str, names: Any, path: str, until: Until | Non
 
     ``codec``: the Avro container codec, one of :data:`CODECS` (default: snappy when ``cramjam``
     is installed, else deflate); ``"null"`` writes an uncompressed archive any Avro reader opens."""
-    from streams.kafka.reader import TopicNotFound, read_to_end
+    from streams.kafka.reader import TopicNotFound, end_offsets, read_to_end
     from streams.kafka.settings import KafkaSettings
 
     codec = codec or default_codec()
@@ -74,11 +75,18 @@ def export(kafka: KafkaSettings | str, names: Any, path: str, until: Until | Non
     t0 = time.perf_counter()
     summary = ExportSummary(path, {t: 0 for t in topics}, until=until.describe() if until else None, codec=codec)
 
+    ends: dict[str, dict[int, int]] = {}
+    for logical in cut_order(topics):  # every end before any read, outputs first: one consistent cut
+        with contextlib.suppress(TopicNotFound):
+            ends[logical] = end_offsets(kafka, getattr(names, TOPICS[logical]))
+
     def records() -> Iterator[LogRecord]:
         for logical in topics:
             name = getattr(names, TOPICS[logical])
+            if logical not in ends:
+                continue
             try:
-                for msg in read_to_end(kafka, name):
+                for msg in read_to_end(kafka, name, ends=ends[logical]):
                     rec = LogRecord(logical, msg.partition, msg.offset, msg.timestamp or 0,
                                     msg.key.decode("utf-8", "replace") if msg.key is not None else None,
                                     msg.value)

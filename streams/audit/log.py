@@ -47,6 +47,21 @@ TOPICS: dict[str, str] = {
 }
 
 
+#: the order in which the topics' end offsets are taken before any is read (``export``, an audit
+#: of the topics): what a topic holds is made from the topics after it (the processor's outputs
+#: from its input, its input from the events), so every output record read was made from records
+#: that were in the log before the output's end was taken, and are read too. A live log is read as
+#: one consistent cut. Taken in the other order, or topic by topic as each is read, a snapshot or
+#: command written meanwhile could cover input that was not read ("covers input the log does not
+#: have"). Topics not named here come first.
+CUT_ORDER = ("alerts", "snapshots", "commitments", "manifests", "control", "dlq", "input", "events")
+
+
+def cut_order(topics: Iterable[str]) -> list[str]:
+    """``topics`` (logical names) in :data:`CUT_ORDER`."""
+    return sorted(topics, key=lambda t: CUT_ORDER.index(t) if t in CUT_ORDER else -1)
+
+
 class AuditLogError(AuditError):
     """The log cannot be read (named source, what is wrong)."""
 
@@ -207,7 +222,7 @@ def _load_topics(kafka: KafkaSettings, names, until, topics, progress) -> AuditL
     log = AuditLog(meta={"topics": {t: getattr(names, TOPICS[t]) for t in topics},
                          "bootstrap": kafka.bootstrap, "read_at_ms": int(time.time() * 1000)},
                    source=f"kafka://{kafka.bootstrap}")
-    logical_of = {getattr(names, TOPICS[t]): t for t in topics}
+    logical_of = {getattr(names, TOPICS[t]): t for t in cut_order(topics)}  # ends taken in this order
     # one consumer for every topic at once: the small topics cost no set-up of their own
     for name, msgs in read_topics_to_end(kafka, list(logical_of)).items():
         logical = logical_of[name]
@@ -221,6 +236,7 @@ def _load_topics(kafka: KafkaSettings, names, until, topics, progress) -> AuditL
                 out.append(rec)
         if progress is not None:
             progress(logical, len(msgs))
+    log.records = {t: log.records[t] for t in topics if t in log.records}  # in the order asked for
     log.sort()
     return log
 

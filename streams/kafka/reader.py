@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -256,17 +256,36 @@ def _watermarks(consumer: Consumer, bootstrap: str, topic: str, partition: int,
 
 
 def read_to_end(kafka: KafkaSettings | str, topic: str, timeout: float = 30.0,
-                connect_timeout: float = CONNECT_TIMEOUT) -> Iterator[Message]:
-    """Every record of ``topic`` from the beginning to the end offsets taken at the start.
+                connect_timeout: float = CONNECT_TIMEOUT, ends: Mapping[int, int] | None = None) -> Iterator[Message]:
+    """Every record of ``topic`` from the beginning to the end offsets taken at the start (or to
+    ``ends``, partition -> end offset, taken earlier by :func:`end_offsets`).
 
     ``timeout`` bounds each wait for the broker (metadata, end offsets, and any stretch with no
     progress while reading), not the whole read, so a large topic is read whole. Raises
     :class:`TopicNotFound`, :class:`BrokerUnreachable` or :class:`ReaderError`.
     """
     kafka = KafkaSettings.of(kafka)
-    for batch in _batches_to_end(kafka, [topic], timeout, connect_timeout, 5000, missing_ok=False):
+    given = {topic: ends} if ends is not None else None
+    for batch in _batches_to_end(kafka, [topic], timeout, connect_timeout, 5000, missing_ok=False, given=given):
         for msg in batch:
             yield _message(msg)
+
+
+def end_offsets(kafka: KafkaSettings | str, topic: str, timeout: float = 30.0,
+                connect_timeout: float = CONNECT_TIMEOUT) -> dict[int, int]:
+    """partition -> end offset of each non-empty partition of ``topic`` now (for
+    :func:`read_to_end`'s ``ends``). Raises :class:`TopicNotFound`, :class:`BrokerUnreachable`."""
+    kafka = KafkaSettings.of(kafka)
+    c = _consumer(kafka)
+    try:
+        out: dict[int, int] = {}
+        for p in _partitions(c, kafka.bootstrap, topic, min(timeout, connect_timeout)):
+            low, high = _watermarks(c.consumer, kafka.bootstrap, topic, p, timeout)
+            if high > low:
+                out[p] = high
+        return out
+    finally:
+        c.consumer.close()
 
 
 def read_topics_to_end(kafka: KafkaSettings | str, topics: list[str], timeout: float = 30.0,
@@ -283,16 +302,21 @@ def read_topics_to_end(kafka: KafkaSettings | str, topics: list[str], timeout: f
 
 
 def _batches_to_end(kafka: KafkaSettings, topics: list[str], timeout: float, connect_timeout: float, batch: int,
-                    missing_ok: bool, found: dict[str, list[Any]] | None = None) -> Iterator[list[Any]]:
+                    missing_ok: bool, found: dict[str, list[Any]] | None = None,
+                    given: Mapping[str, Mapping[int, int]] | None = None) -> Iterator[list[Any]]:
     """One consumer over every partition of ``topics``, from the beginning to the end offsets
-    taken at the start; yields the records in lists. A missing topic raises
-    :class:`TopicNotFound` unless ``missing_ok`` (then ``found`` gets the topics that exist)."""
+    taken at the start (or ``given``: topic -> partition -> end); yields the records in lists. A
+    missing topic raises :class:`TopicNotFound` unless ``missing_ok`` (then ``found`` gets the
+    topics that exist)."""
     bootstrap = kafka.bootstrap
     c = _consumer(kafka)
     consumer = c.consumer
     try:
         ends: dict[tuple[str, int], int] = {}
         for topic in topics:
+            if given is not None and topic in given:
+                ends.update(((topic, p), end) for p, end in given[topic].items())
+                continue
             try:
                 parts = _partitions(c, bootstrap, topic, min(timeout, connect_timeout))
             except TopicNotFound:
