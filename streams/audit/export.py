@@ -7,7 +7,6 @@ of the read (or to ``until``) and writes the records byte for byte
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -75,10 +74,9 @@ def export(kafka: KafkaSettings | str, names: Any, path: str, until: Until | Non
     t0 = time.perf_counter()
     summary = ExportSummary(path, {t: 0 for t in topics}, until=until.describe() if until else None, codec=codec)
 
-    ends: dict[str, dict[int, int]] = {}
-    for logical in cut_order(topics):  # every end before any read, outputs first: one consistent cut
-        with contextlib.suppress(TopicNotFound):
-            ends[logical] = end_offsets(kafka, getattr(names, TOPICS[logical]))
+    # every end before any read, outputs first: one consistent cut
+    by_name = end_offsets(kafka, [getattr(names, TOPICS[t]) for t in cut_order(topics)])
+    ends = {t: by_name[getattr(names, TOPICS[t])] for t in topics if getattr(names, TOPICS[t]) in by_name}
 
     def records() -> Iterator[LogRecord]:
         for logical in topics:

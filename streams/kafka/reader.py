@@ -271,18 +271,25 @@ def read_to_end(kafka: KafkaSettings | str, topic: str, timeout: float = 30.0,
             yield _message(msg)
 
 
-def end_offsets(kafka: KafkaSettings | str, topic: str, timeout: float = 30.0,
-                connect_timeout: float = CONNECT_TIMEOUT) -> dict[int, int]:
-    """partition -> end offset of each non-empty partition of ``topic`` now (for
-    :func:`read_to_end`'s ``ends``). Raises :class:`TopicNotFound`, :class:`BrokerUnreachable`."""
+def end_offsets(kafka: KafkaSettings | str, topics: list[str], timeout: float = 30.0,
+                connect_timeout: float = CONNECT_TIMEOUT) -> dict[str, dict[int, int]]:
+    """topic -> partition -> end offset of each non-empty partition of ``topics`` now, taken in
+    the order given, by one consumer (for :func:`read_to_end`'s ``ends``). A missing topic is left
+    out. Raises :class:`BrokerUnreachable`."""
     kafka = KafkaSettings.of(kafka)
     c = _consumer(kafka)
     try:
-        out: dict[int, int] = {}
-        for p in _partitions(c, kafka.bootstrap, topic, min(timeout, connect_timeout)):
-            low, high = _watermarks(c.consumer, kafka.bootstrap, topic, p, timeout)
-            if high > low:
-                out[p] = high
+        out: dict[str, dict[int, int]] = {}
+        for topic in topics:
+            try:
+                parts = _partitions(c, kafka.bootstrap, topic, min(timeout, connect_timeout))
+            except TopicNotFound:
+                continue
+            out[topic] = {}
+            for p in parts:
+                low, high = _watermarks(c.consumer, kafka.bootstrap, topic, p, timeout)
+                if high > low:
+                    out[topic][p] = high
         return out
     finally:
         c.consumer.close()
