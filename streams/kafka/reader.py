@@ -321,10 +321,7 @@ def _batches_to_end(kafka: KafkaSettings, topics: list[str], timeout: float, con
     try:
         ends: dict[tuple[str, int], int] = {}
         for topic in topics:
-            if given is not None and topic in given:
-                ends.update(((topic, p), end) for p, end in given[topic].items())
-                continue
-            try:
+            try:  # for given ends too: the metadata it fetches connects the consumer before it reads
                 parts = _partitions(c, bootstrap, topic, min(timeout, connect_timeout))
             except TopicNotFound:
                 if not missing_ok:
@@ -332,6 +329,9 @@ def _batches_to_end(kafka: KafkaSettings, topics: list[str], timeout: float, con
                 continue
             if found is not None:
                 found[topic] = []
+            if given is not None and topic in given:
+                ends.update(((topic, p), end) for p, end in given[topic].items())
+                continue
             for p in parts:
                 low, high = _watermarks(consumer, bootstrap, topic, p, timeout)
                 if high > low:
