@@ -111,7 +111,7 @@ def train(archive: Path, java: str, libs: Path, mode: str, version: str, timeout
     (so the produce, fetch and group paths' classes load too), stop it, and move the archive it
     wrote to ``archive`` when whole. Raises on any failure (the caller records it)."""
     # a cycle otherwise: the broker module uses this one
-    from streams.devtools.broker import LocalBroker, find_java, jars_cached, kafka_cache_dir, read_record
+    from streams.devtools.broker import LocalBroker, find_java, jars_cached, kafka_cache_dir
 
     # the training broker finds its java and jars as every broker does: they must be the archive's
     cache_dir = libs.parents[2]  # <cache root>/kafka/<version>/libs
@@ -129,27 +129,21 @@ def train(archive: Path, java: str, libs: Path, mode: str, version: str, timeout
         broker = _Trainer(Path(tmp) / "broker", version=version, jvm=mode, die_with_parent=True,
                           cache_dir=cache_dir)
         try:
-            bootstrap = broker.start(timeout=timeout)
-            _exercise(bootstrap)
+            _exercise(broker.start(timeout=timeout))
         finally:
-            record = read_record(broker.data_dir) or {}
-            pid = record.get("pid")
             broker.stop(timeout=timeout)
-        if pid and not is_whole(dump):
-            raise RuntimeError(f"the training broker (pid {pid}) exited without a whole archive at {dump}")
+        if not is_whole(dump):
+            raise RuntimeError(f"the training broker exited without a whole archive at {dump}")
     os.replace(dump, archive)
 
 
 def _exercise(bootstrap: str) -> None:
     """A topic, a few records in and out, a consumer group's commit."""
-    from confluent_kafka.admin import NewTopic
-
     from streams.kafka.settings import KafkaSettings
+    from streams.kafka.topics import ensure_topics
 
     kafka = KafkaSettings(bootstrap=bootstrap)
-    admin = kafka.admin()
-    for fut in admin.create_topics([NewTopic("cds.train", 1, 1)]).values():
-        fut.result(60)
+    ensure_topics(kafka, [("cds.train", 1, None)])
     producer = kafka.producer()
     for i in range(100):
         producer.produce("cds.train", key=str(i).encode(), value=b"x" * 100)
