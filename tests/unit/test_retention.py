@@ -7,6 +7,7 @@ shared vector and on random generated cohorts, with ``H`` the smallest horizon t
 
 from __future__ import annotations
 
+import functools
 import random
 
 import pytest
@@ -85,8 +86,13 @@ def test_the_base_of_an_incarnation_without_a_settled_clean_checkpoint_of_its_ow
 # -- the property: with the horizon kept, no plan targets what was marked deletable -----------------
 
 
-def check_no_plan_targets_a_deleted_checkpoint(events, points: int, rng: random.Random) -> int:
-    horizon = kept_horizon(events)
+def check_no_plan_targets_a_deleted_checkpoint(events, points: int, rng: random.Random,
+                                               horizon: int | None = None) -> int:
+    """Fold ``events``, marking what is deletable at ``points`` random events with the horizon
+    the log keeps (``horizon``: that horizon, measured already); assert that no plan targets a
+    checkpoint marked before. Returns how many plans with a target were made."""
+    if horizon is None:
+        horizon = kept_horizon(events)
     marks = set(rng.sample(range(len(events)), min(points, len(events))))
     lin = Lineage()
     w = None
@@ -115,15 +121,27 @@ def test_no_plan_targets_a_checkpoint_deletable_before_on_the_vectors(name):
     check_no_plan_targets_a_deleted_checkpoint(events, len(events), random.Random(0))
 
 
-def caught(make, seeds, points: int) -> int:
-    """On how many of the cohorts ``make(seed)`` the property fails (for the checks with teeth)."""
-    n = 0
+def caught(make, seeds, points: int) -> bool:
+    """Whether the property fails on one of the cohorts ``make(seed)`` (for the checks with
+    teeth): stops at the first that fails. ``make`` is cached (``make.horizon(seed)``: the
+    horizon its log keeps, measured once a process), as the cohorts are shared with the checks
+    that pass."""
     for seed in seeds:
         try:
-            check_no_plan_targets_a_deleted_checkpoint(make(seed), points, random.Random(seed))
+            check_no_plan_targets_a_deleted_checkpoint(make(seed), points, random.Random(seed), make.horizon(seed))
         except AssertionError:
-            n += 1
-    return n
+            return True
+    return False
+
+
+def cached_cohorts(make):
+    """``make(seed)`` once a process, as a tuple of events, with ``.horizon(seed)``: the horizon
+    its log keeps (:func:`~streams.testing.horizon.kept_horizon`, a fold of its own), also once.
+    Several checks here and in ``test_retention_live.py`` run over the same generated cohorts."""
+    cohort = functools.cache(lambda seed: tuple(make(seed)))
+    cohort.horizon = functools.cache(lambda seed: kept_horizon(cohort(seed)))  # type: ignore[attr-defined]
+    functools.update_wrapper(cohort, make)
+    return cohort
 
 
 def late_cohort(seed: int) -> list:
@@ -142,6 +160,8 @@ def late_cohort(seed: int) -> list:
     return [parse_event(d) for d in raw]
 
 
+late_cohort = cached_cohorts(late_cohort)
+
 #: (seeds, the plans with a target they made in all: the property is not vacuous)
 LATE_SEEDS = range(24)
 
@@ -149,7 +169,8 @@ LATE_SEEDS = range(24)
 def test_no_plan_targets_a_checkpoint_deletable_before_on_random_cohorts_found_late():
     targets = 0
     for seed in LATE_SEEDS:
-        targets += check_no_plan_targets_a_deleted_checkpoint(late_cohort(seed), 80, random.Random(seed))
+        targets += check_no_plan_targets_a_deleted_checkpoint(late_cohort(seed), 80, random.Random(seed),
+                                                              late_cohort.horizon(seed))
     assert targets > 50
 
 
@@ -160,7 +181,7 @@ def test_the_property_catches_a_horizon_cut_short(monkeypatch):
 
     real = R.is_settled
     monkeypatch.setattr(R, "is_settled", lambda ck, w, h: real(ck, w, None if h is None else h // 4))
-    assert caught(late_cohort, LATE_SEEDS, 80) > 0
+    assert caught(late_cohort, LATE_SEEDS, 80)
 
 
 def test_retention_deletes_something_on_a_long_clean_run():
@@ -199,11 +220,14 @@ def two_waves(seed: int) -> list:
     return [parse_event(d) for d in sorted(w1 + w2, key=lambda d: d["ts"])]  # stable: each job's order kept
 
 
+two_waves = cached_cohorts(two_waves)
+
 WAVE_SEEDS = range(30)
 
 
 def test_no_plan_targets_a_checkpoint_deletable_before_when_jobs_start_from_others_checkpoints():
-    targets = sum(check_no_plan_targets_a_deleted_checkpoint(two_waves(seed), 100, random.Random(seed))
+    targets = sum(check_no_plan_targets_a_deleted_checkpoint(two_waves(seed), 100, random.Random(seed),
+                                                             two_waves.horizon(seed))
                   for seed in WAVE_SEEDS)
     assert targets > 100
 
@@ -212,4 +236,4 @@ def test_the_property_catches_a_missing_base_pin(monkeypatch):
     from streams.core import retention as R
 
     monkeypatch.setattr(R, "_pinned_bases", lambda *a: {})
-    assert caught(two_waves, WAVE_SEEDS, 100) > 0
+    assert caught(two_waves, WAVE_SEEDS, 100)
