@@ -89,7 +89,9 @@ def render_figure(cm: CohortModel, *, source: str = "", events: int | None = Non
     _y_axis(ax, rows.y_max)
     _lane_bands(ax, rows, statuses, size.multi)
 
-    fig.canvas.draw()  # fixes the layout: data -> display transforms are final from here
+    # fixes the layout (data -> display transforms are final from here) without rasterising it:
+    # the labels are measured with the canvas's renderer, and savefig draws the whole figure
+    fig.draw_without_rendering()
     renderer = fig.canvas.get_renderer()
     lab = Labeler(ax, renderer)
     x0_lim, x1_lim = ax.get_xlim()
