@@ -381,12 +381,15 @@ def test_data_written_with_every_version_decodes_with_the_current_reader(vdir):
     codec = Codec(registry_url="", wire_format="single-object")
     samples = _scenario_events() + example_events() + example_records()
     written = 0
+    shapes: dict[str, EventShape | RecordShape] = {}  # a record's shape in that version, built once
     for s in samples:
         name = "LineageEvent" if s["type"] in EVENT_TYPES else s["type"]
         info = schemas.get(name)
         if info is None:  # the record did not exist in that version
             continue
-        shape = EventShape(info) if name == "LineageEvent" else RecordShape(info)
+        shape = shapes.get(name)
+        if shape is None:
+            shape = shapes[name] = EventShape(info) if name == "LineageEvent" else RecordShape(info)
         try:
             datum = shape.to_avro(s)
         except EncodeError:
