@@ -4,6 +4,8 @@ function's source from a schema, its compilation, and the Avro varint."""
 
 from __future__ import annotations
 
+import functools
+from types import CodeType
 from typing import Any, Callable, Mapping
 
 from .errors import CodecError
@@ -88,10 +90,18 @@ class SourceWriter:
         source = "\n".join([f"def make({', '.join(names)}):"] + ["    " + line for line in self.lines]
                            + [f"    return {self.lines[0].split()[1].split('(')[0]}"])
         made: dict[str, Any] = {}
-        exec(compile(source, f"<traintrace {what}>", "exec"), made)  # noqa: S102 - our own source
+        exec(_compiled(source, f"<traintrace {what}>"), made)  # noqa: S102 - our own source
         fn = made["make"](**names)
         fn.source = source  # for the curious and the tests
         return fn  # type: ignore[no-any-return]
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(source: str, filename: str) -> CodeType:
+    """The code of a maker's source, compiled once a process: every codec of the same schemas
+    writes the same source (the constants' values are the maker's arguments, not in the text),
+    and compiling it took most of a codec's construction (~7 ms a function)."""
+    return compile(source, filename, "exec")
 
 
 __all__ = ["PRIMITIVES", "SourceWriter", "Unsupported", "varint"]
