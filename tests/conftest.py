@@ -165,3 +165,25 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         return rank.get(rel, len(rank))
 
     items.sort(key=key)  # stable: the other files (and every test within a file) keep their order
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # noqa: ANN201 - pytest's
+    """With ``TRAINTRACE_TEST_TIMELINE=<file>``: one JSON line a test (the pytest process, the test,
+    its start and end in wall-clock seconds) appended to that file, to see how a parallel run's
+    files share its processes and where each process waited at the end."""
+    import os
+    import time
+
+    path = os.environ.get("TRAINTRACE_TEST_TIMELINE")
+    start = time.time()
+    try:
+        return (yield)
+    finally:
+        if path:
+            import json
+
+            line = {"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "test": item.nodeid,
+                    "start": round(start, 3), "end": round(time.time(), 3)}
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(line) + "\n")
