@@ -203,7 +203,7 @@ def test_the_schemas_refuse_a_broken_event():
     run_event = _validator(OL_BASE)
     broken = []
     for path, value in ((("run", "runId"), "not-a-uuid"), (("eventType",), "RESTARTED"),
-                        (("eventTime",), "yesterday"), (("job", "name"), None)):
+                        (("eventTime",), "yesterday"), (("producer",), "no uri at all"), (("job", "name"), None)):
         e = copy.deepcopy(good)
         target = e
         for key in path[:-1]:
