@@ -285,14 +285,20 @@ def end_offsets(kafka: KafkaSettings | str, topics: list[str], timeout: float = 
                 parts = _partitions(c, kafka.bootstrap, topic, min(timeout, connect_timeout))
             except TopicNotFound:
                 continue
-            out[topic] = {}
-            for p in parts:
-                low, high = _watermarks(c.consumer, kafka.bootstrap, topic, p, timeout)
-                if high > low:
-                    out[topic][p] = high
+            out[topic] = _ends(c.consumer, kafka.bootstrap, topic, parts, timeout)
         return out
     finally:
         c.consumer.close()
+
+
+def _ends(consumer: Consumer, bootstrap: str, topic: str, parts: list[int], timeout: float) -> dict[int, int]:
+    """partition -> end offset of each non-empty partition of ``parts`` of ``topic``, now."""
+    ends: dict[int, int] = {}
+    for p in parts:
+        low, high = _watermarks(consumer, bootstrap, topic, p, timeout)
+        if high > low:
+            ends[p] = high
+    return ends
 
 
 def read_topics_to_end(kafka: KafkaSettings | str, topics: list[str], timeout: float = 30.0,
@@ -329,13 +335,9 @@ def _batches_to_end(kafka: KafkaSettings, topics: list[str], timeout: float, con
                 continue
             if found is not None:
                 found[topic] = []
-            if given is not None and topic in given:
-                ends.update(((topic, p), end) for p, end in given[topic].items())
-                continue
-            for p in parts:
-                low, high = _watermarks(consumer, bootstrap, topic, p, timeout)
-                if high > low:
-                    ends[(topic, p)] = high
+            mine = given[topic] if given is not None and topic in given else \
+                _ends(consumer, bootstrap, topic, parts, timeout)
+            ends.update(((topic, p), end) for p, end in mine.items())
         if not ends:
             return
         consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in sorted(ends)])
