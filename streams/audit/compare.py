@@ -53,13 +53,20 @@ def compare_control(a: AuditContext, expected: Decided, at_end: list[R.Emission]
     if _absent(a, chk, "control", "commands", len(expected)):
         return
     want: dict[str, tuple[R.Emission, FoldItem | None]] = {}
+    #: a plan whose content changed under its id is issued again (streams.referee.referee):
+    #: command id -> every version before the last
+    earlier: dict[str, list[dict[str, Any]]] = {}
     order_of_job: dict[str, list[str]] = {}
     for em, cause in expected:
-        want[em.value["command_id"]] = (em, cause)
-        if em.record in PLAN_RECORDS:  # the job's plan records, each superseding the one before
-            order_of_job.setdefault(em.value["job_id"], []).append(em.value["command_id"])
+        cid = em.value["command_id"]
+        if cid in want and em.record in PLAN_RECORDS:
+            earlier.setdefault(cid, []).append(want[cid][0].value)
+        want[cid] = (em, cause)
+        if em.record in PLAN_RECORDS and cid not in order_of_job.get(em.value["job_id"], ()):
+            # the job's plan records, each superseding the one before
+            order_of_job.setdefault(em.value["job_id"], []).append(cid)
     end_halts = {em.value["command_id"]: em for em in at_end}
-    got = _published_commands(a, chk, want, order_of_job)
+    got = _published_commands(a, chk, want, order_of_job, earlier)
     _missing_commands(a, chk, want, order_of_job, got)
     for cid, em in end_halts.items():
         if cid not in got and cid not in want:
@@ -69,8 +76,11 @@ def compare_control(a: AuditContext, expected: Decided, at_end: list[R.Emission]
 
 
 def _published_commands(a: AuditContext, chk: Check, want: dict[str, tuple[R.Emission, FoldItem | None]],
-                        order_of_job: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
-    """Every command on the topic held to the one the replay issued; returns them by id."""
+                        order_of_job: dict[str, list[str]],
+                        earlier: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Every command on the topic held to the one the replay issued; returns them by id. A plan
+    the replay issued again with new content under its id: a record equal to an earlier
+    version is checked for its order only, and the last version must be there too."""
     last_index: dict[str, tuple[int, str, str]] = {}  # job -> (chain index, command id, where)
     got: dict[str, dict[str, Any]] = {}
     operator = 0
@@ -81,13 +91,19 @@ def _published_commands(a: AuditContext, chk: Check, want: dict[str, tuple[R.Emi
             operator += 1
             continue
         chk.checked += 1
-        cid = value.get("command_id")
+        cid: str = value.get("command_id") or ""
         at = where(rec)
         prev = got.get(cid)
         if prev is not None and prev == value:
             continue  # re-published identically (a recovering worker, a redelivery)
-        got.setdefault(cid, value)
         hit = want.get(cid)
+        if hit is not None and name == hit[0].record and any(
+                not values_differ(v, value) for v in earlier.get(cid, ())):
+            chain = order_of_job.get(hit[0].value["job_id"], [])  # an earlier version (the doc)
+            if cid in chain:
+                _check_plan_order(chk, name, cid, hit[0].value["job_id"], chain, last_index, at)
+            continue
+        got.setdefault(cid, value)
         if hit is None:
             chk.fail(Finding(f"extra {name}: nothing in the log implies command {cid[:12]}",
                              job_id=value.get("job_id"), where=at,

@@ -179,6 +179,12 @@ class ControlState:
         return {job_id: (job.last_plan.kind, job.last_plan.command_id)
                 for job_id, job in self.jobs.items() if job.last_plan is not None}
 
+    @property
+    def in_force(self) -> dict[str, tuple[str, Mapping[str, Any]]]:
+        """job_id -> (command_id, the record as decoded) of the job's last plan record."""
+        return {job_id: (job.last_plan.command_id, job.last_plan.record)
+                for job_id, job in self.jobs.items() if job.last_plan is not None}
+
     def to_dict(self) -> dict[str, list[dict[str, Any]]]:
         """``{"plans": [...], "halts": [...]}``, each sorted by ``job_id`` (SPEC §11 shapes,
         plans with their ``command_id``)."""

@@ -8,7 +8,13 @@ crashed worker had, which is how a restarted or new worker recovers (see
 ``streams.worker.recovery``).
 
 Commands are published at most once per ``command_id``: ``published`` holds the ids already
-on ``lineage.control`` (read back on recovery), and a replayed decision is never re-sent.
+on ``lineage.control`` (read back on recovery), and a replayed decision is never re-sent. One
+exception: the id of a plan does not cover all of its content (SPEC §10 hashes the incidents,
+job, incarnation, action and target, not a ``QUARANTINE``'s ``quarantined_checkpoint_ids`` nor a
+``target_step``), so when the plan in force on the topic changes in those alone — a finished
+job's checkpoint found tainted after its notice went out, by an incident it already names — the
+record is published again under the same id with the new content (``in_force``). Every reader
+takes a job's last plan record as the one in force, so the topic ends with what the fold decided.
 
 Commitments are signed by ``signer`` when one is given: a callable taking the unsigned record
 and returning it with ``signature`` and ``key_id`` (e.g.
@@ -22,7 +28,7 @@ a recovering worker re-publishes a command byte for byte.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from streams.core.commitment import build_commitment, commitment_root, concurrency_snapshot
 from streams.core.decide import (
@@ -76,6 +82,10 @@ class Referee:
         self.incident_cohort: dict[str, str] = {}
         self.snapshots: dict[str, list[dict[str, Any]]] = {}
         self.published: set[str] = set()
+        #: job -> (command_id, content) of the job's plan record in force on lineage.control
+        #: (:func:`streams.referee.records.plan_content`): a plan whose content changes under
+        #: the same id is published again (the module doc)
+        self.in_force: dict[str, tuple[str, tuple[Any, ...]]] = {}
         self.issued: dict[str, tuple[str, str, int]] = {}  # command_id -> (cohort, job, issued ms)
         self._unacked_alerted: set[str] = set()
         self._dirty_cohorts: set[str] = set()
@@ -234,13 +244,18 @@ class Referee:
             elif isinstance(d, PlanChanged):
                 job = lin.state.jobs.get(d.job_id)
                 inc = job.current.number if job is not None and job.current is not None else 0
+                same = d.plan is not None and d.supersedes == d.plan["command_id"]
+                if same:  # the plan changed under its id (the module doc): what it supersedes stays
+                    prev = self.decided_plan.get(d.job_id)
+                    d = PlanChanged(d.job_id, d.plan, prev.value.get("supersedes") if prev is not None
+                                    and prev.command_id == d.supersedes else None)
                 em = R.plan_emission(d, job.cohort_id if job else None, inc, now_ms, current_root())
                 if em is not None:
                     out.append(em)
                     self.decided_plan[d.job_id] = em
-                    if em.record == "RollbackCommand":
+                    if em.record == "RollbackCommand" and not same:
                         self.issued[em.value["command_id"]] = (cohort, d.job_id, now_ms)
-                if d.supersedes is not None:
+                if d.supersedes is not None and not same:
                     self.issued.pop(d.supersedes, None)
             elif isinstance(d, HaltIssued):
                 em = R.halt_emission(d, now_ms)
@@ -295,14 +310,33 @@ class Referee:
         for em in out:
             cid = em.command_id
             if cid is not None:
-                if cid in self.published:
+                if self.is_out(em):
                     continue
                 self.published.add(cid)
+                if em.record in R.PLAN_RECORD_NAMES:
+                    self.in_force[em.key] = (cid, R.plan_content(em.value))
                 if self.control_signer is not None:
                     em = R.Emission(em.topic, em.key, em.record, self.control_signer(em.record, em.value))
             kept.append(em)
             self._count(em)
         return kept
+
+    def is_out(self, em: R.Emission) -> bool:
+        """``em``, a control record, is on lineage.control already (or superseded there): its
+        id is published, and it is not the job's plan in force with other content."""
+        cid = em.command_id
+        if cid not in self.published:
+            return False
+        if em.record not in R.PLAN_RECORD_NAMES:
+            return True
+        out = self.in_force.get(em.key)
+        return out is None or out[0] != cid or out[1] == R.plan_content(em.value)
+
+    def learn_in_force(self, plans: Mapping[str, tuple[str, Mapping[str, Any]]]) -> None:
+        """What lineage.control holds as each job's plan in force: job -> (command_id, the
+        record as decoded), read back on a takeover."""
+        for job_id, (cid, record) in plans.items():
+            self.in_force[job_id] = (cid, R.plan_content(record))
 
     def reconcile(self, partition: int, last_plan: dict[str, tuple[str, str]], now_ms: int) -> list[R.Emission]:
         """After a replay: publish what the rebuilt state decided and ``lineage.control`` lacks.
@@ -321,7 +355,7 @@ class Referee:
             lin = self.engines[cohort]
             for job_id in sorted(lin.state.jobs):
                 em = self.decided_plan.get(job_id)
-                if em is not None and em.command_id not in self.published:
+                if em is not None and not self.is_out(em):
                     last = last_plan.get(job_id)
                     # a clear of a plan that never got out is nothing to publish
                     if em.record != "PlanCleared" or (last is not None and last[0] != "PlanCleared"):

@@ -195,6 +195,32 @@ def interleave_cohorts(events: list[dict], seed: int, chunk: int = 7) -> list[di
     return out
 
 
+def interleave_jobs(events: Iterable[Any], rng: random.Random, redeliver: float = 0.0) -> list[Any]:
+    """A random merge of the jobs' streams that keeps each job's own order (as the partitions
+    of ``lineage.events``, keyed by job, reach a worker), with identical redeliveries of events
+    the job already delivered inserted at random later places with probability ``redeliver``.
+    The events are dicts or :mod:`streams.core.events` events."""
+    queues: dict[str, list[Any]] = {}
+    for ev in events:
+        queues.setdefault(ev["job_id"] if isinstance(ev, dict) else ev.job_id, []).append(ev)
+    heads = dict.fromkeys(queues, 0)
+    delivered: dict[str, list[Any]] = {j: [] for j in queues}
+    out: list[Any] = []
+    live = list(queues)
+    while live:
+        j = live[rng.randrange(len(live))]
+        if delivered[j] and rng.random() < redeliver:
+            out.append(delivered[j][rng.randrange(len(delivered[j]))])
+            continue
+        ev = queues[j][heads[j]]
+        heads[j] += 1
+        out.append(ev)
+        delivered[j].append(ev)
+        if heads[j] == len(queues[j]):
+            live.remove(j)
+    return out
+
+
 def chain_events(events: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     """The event dicts with the SPEC §9 hash chain filled in, per job (``prev_hash``, ``hash``),
     as a job client would have written them."""

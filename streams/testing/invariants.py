@@ -23,6 +23,7 @@ from typing import Any
 
 from streams.kafka.topics import TopicNames
 from streams.kafka.reader import read_to_end
+from streams.referee.records import PLAN_RECORD_NAMES, plan_content
 from streams.codec import Codec, DecodeError
 from streams.core.errors import InvalidEvent
 from streams.core.cohorts import UNREGISTERED_COHORT
@@ -219,19 +220,22 @@ def alert_records(bootstrap: str, topics: TopicNames) -> list[dict[str, Any]]:
 
 
 def assert_commands_consistent(bootstrap: str, topics: TopicNames, allow_copies: bool = True) -> int:
-    """No command id on ``lineage.control`` with two different contents; returns how many
-    identical re-published copies there are (0 required unless ``allow_copies``)."""
-    seen: dict[str, bytes] = {}
+    """No command id on ``lineage.control`` with two different records for one content; returns
+    how many identical re-published copies there are (0 required unless ``allow_copies``). A plan
+    issued again under its id with new content (a quarantine list that grew:
+    :mod:`streams.referee.referee`) is no copy."""
+    seen: dict[tuple[str, tuple[Any, ...]], bytes] = {}
     copies = 0
     differ = []
-    for _name, rec, raw in control_records(bootstrap, topics):
+    for name, rec, raw in control_records(bootstrap, topics):
         cid = rec["command_id"]
-        if cid in seen:
+        key = (cid, plan_content(rec) if name in PLAN_RECORD_NAMES else ())
+        if key in seen:
             copies += 1
-            if seen[cid] != raw:
+            if seen[key] != raw:
                 differ.append(cid)
         else:
-            seen[cid] = raw
+            seen[key] = raw
     assert not differ, f"command ids published twice with different content: {differ[:5]}"
     if not allow_copies:
         assert copies == 0, f"{copies} command(s) published twice"
@@ -265,8 +269,10 @@ def assert_live_equals_offline(bootstrap: str, topics: TopicNames, offline: dict
         {k: p[k] for k in PLAN_FIELDS} for p in offline["plans"]]
     quarantined = {p["job_id"]: p.get("quarantined_checkpoint_ids") for p in offline["plans"]
                    if p["action"] == "QUARANTINE"}
-    assert {p["job_id"]: p.get("quarantined_checkpoint_ids") for p in live["plans"]
-            if p["action"] == "QUARANTINE"} == quarantined
+    got_q = {p["job_id"]: p.get("quarantined_checkpoint_ids") for p in live["plans"] if p["action"] == "QUARANTINE"}
+    wrong = sorted(j for j in got_q.keys() | quarantined.keys() if got_q.get(j) != quarantined.get(j))
+    assert not wrong, (f"quarantine lists differ for {wrong[:5]}: live {[got_q.get(j) for j in wrong[:2]]}, "
+                       f"offline {[quarantined.get(j) for j in wrong[:2]]}")
     if halts:
         got = sorted((h["job_id"], h["reason"]) for h in live["halts"])
         want = sorted((h["job_id"], h["reason"]) for h in offline["halts"])

@@ -5,7 +5,7 @@ so it never publishes a command twice, nor one a later record superseded (the fo
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Mapping, NamedTuple
 
 from streams.codec import Codec, DecodeError
 from streams.control.fold import ControlState
@@ -31,10 +31,21 @@ def own_keyring(settings: WorkerSettings) -> dict[str, Any] | None:
     return {signer.key_id: signer.public_key}
 
 
-def read_published_commands(settings: WorkerSettings, codec: Codec) -> tuple[set[str], dict[str, tuple[str, str]]]:
+class OnControl(NamedTuple):
+    """What ``lineage.control`` holds, for a worker taking a partition over."""
+
+    #: every command id on the topic, or superseded by one there
+    command_ids: set[str]
+    #: job_id -> (record name, command_id) of the job's last plan record
+    last_plans: dict[str, tuple[str, str]]
+    #: job_id -> (command_id, the record as decoded) of the job's last plan record
+    in_force: dict[str, tuple[str, Mapping[str, Any]]]
+
+
+def read_published_commands(settings: WorkerSettings, codec: Codec) -> OnControl:
     """Every command_id already on ``lineage.control`` (read to its end) or superseded by one
-    there, and the last plan record of each job (job_id -> (record name, command_id)).
-    A control topic that does not exist yet holds nothing.
+    there, and the last plan record of each job. A control topic that does not exist yet holds
+    nothing.
 
     A worker that signs counts a record only when its signature verifies under the
     processor's own key: a forged record on the control topic (unsigned, another key) must
@@ -65,4 +76,4 @@ def read_published_commands(settings: WorkerSettings, codec: Codec) -> tuple[set
         log.warning("%s: %s record(s) not signed by this processor's key left out of what is published "
                     "(%s): forged, or an operator's release", settings.topics.control, sum(unverified.values()),
                     ", ".join(f"{k} {v}" for k, v in sorted(unverified.items())))
-    return state.command_ids, state.last_plans
+    return OnControl(state.command_ids, state.last_plans, state.in_force)

@@ -92,9 +92,10 @@ class Takeover:
     async def _learn_published(self) -> dict[str, tuple[str, str]]:
         """Mark every command id on ``lineage.control`` published; the last plan record of each job."""
         loop = asyncio.get_running_loop()
-        published, last_plan = await loop.run_in_executor(None, read_published_commands, self.settings, self.codec)
-        self.referee.published |= published
-        return last_plan
+        on = await loop.run_in_executor(None, read_published_commands, self.settings, self.codec)
+        self.referee.published |= on.command_ids
+        self.referee.learn_in_force(on.in_force)
+        return on.last_plans
 
     async def catch_up(self, partition: int, end: int) -> None:
         """Take over a by-cohort partition: learn every command id already published (a

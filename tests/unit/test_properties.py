@@ -7,7 +7,6 @@ deciding after every event or once per batch must all give the same output.
 from __future__ import annotations
 
 import random
-from collections import defaultdict
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -17,6 +16,7 @@ from streams.core.events import parse_event
 from streams.core.project import final_state
 from streams.core.state import fold_all
 from streams.testing.cohort import generate_cohorts
+from streams.testing.cohort import interleave_jobs as interleave
 
 from .vectors import load_lines, vector_names
 
@@ -30,30 +30,6 @@ GENERATED = {
     for seed in range(6)
 }
 GENERATED_REF = {seed: final_state(fold_all(evs)) for seed, evs in GENERATED.items()}
-
-
-def interleave(events, rng: random.Random, redeliver: float):
-    """A random merge of the jobs' streams that keeps each job's order, with identical
-    redeliveries of already-delivered events of the same job inserted at random later places."""
-    queues = defaultdict(list)
-    for ev in events:
-        queues[ev.job_id].append(ev)
-    heads = {j: 0 for j in queues}
-    delivered = defaultdict(list)
-    out = []
-    live = [j for j in queues]
-    while live:
-        j = live[rng.randrange(len(live))]
-        if delivered[j] and rng.random() < redeliver:
-            out.append(delivered[j][rng.randrange(len(delivered[j]))])
-            continue
-        ev = queues[j][heads[j]]
-        heads[j] += 1
-        out.append(ev)
-        delivered[j].append(ev)
-        if heads[j] == len(queues[j]):
-            live.remove(j)
-    return out
 
 
 def run(events, per_event: bool):

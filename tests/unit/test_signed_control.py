@@ -326,9 +326,9 @@ def test_a_takeover_counts_only_records_signed_by_the_processor(tmp_path, monkey
     keys.mkdir()
     write_keypair(keys, key=PROC)
     settings = SimpleNamespace(kafka="x:1", bootstrap="x:1", topics=TopicNames(), signing_key=keys / "processor.key")
-    ids, _last = published.read_published_commands(settings, CODEC)
+    ids = published.read_published_commands(settings, CODEC).command_ids
     assert {e.value["command_id"] for e in genuine} <= ids
     assert "f" * 64 not in ids and "e" * 64 not in ids
     settings.signing_key = None  # an unsigned (demo) worker takes what is there, as before
-    ids, _last = published.read_published_commands(settings, CODEC)
+    ids = published.read_published_commands(settings, CODEC).command_ids
     assert "f" * 64 in ids and "e" * 64 in ids
