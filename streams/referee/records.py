@@ -55,8 +55,8 @@ class Emission:
 #: the control records that carry a job's plan (streams.control.commands.PLAN_RECORDS)
 PLAN_RECORD_NAMES = frozenset(("RollbackCommand", "QuarantineNotice", "PlanCleared"))
 #: the fields of a plan record that are not its content: when and from what it was issued,
-#: what it supersedes, its signature
-_NOT_CONTENT = frozenset(("issued_ts", "commitment_root", "supersedes", "signature", "key_id"))
+#: what it supersedes, its signature (and the record's name a decoder adds)
+_NOT_CONTENT = frozenset(("issued_ts", "commitment_root", "supersedes", "signature", "key_id", "type"))
 
 
 def plan_content(value: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -56,10 +56,11 @@ def fold_live(events: list[dict], referee: Referee | None = None, publish: bool 
 
 
 def on_topic(emissions) -> ControlState:
+    """The fold of the control records as a worker reads them back: encoded, then decoded."""
     st = ControlState()
     for em in emissions:
         if em.topic == "control":
-            st.add(em.record, em.value)
+            st.add(*CODEC.decode_record(CODEC.encode_record(em.record, em.value)))
     return st
 
 
