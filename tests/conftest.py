@@ -167,23 +167,34 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     items.sort(key=key)  # stable: the other files (and every test within a file) keep their order
 
 
+def _cpu() -> tuple[float, float]:
+    """CPU seconds (user + system) of this process, and of its children that have ended (the
+    workers, jobs and commands a test starts and waits for; not the session's broker)."""
+    import resource
+
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # noqa: ANN201 - pytest's
     """With ``TRAINTRACE_TEST_TIMELINE=<file>``: one JSON line a test (the pytest process, the test,
-    its start and end in wall-clock seconds) appended to that file, to see how a parallel run's
-    files share its processes and where each process waited at the end."""
+    its start and end in wall-clock seconds, the CPU seconds it took in the pytest process and in
+    the child processes that ended meanwhile) appended to that file, to see how a parallel run's
+    files share its processes, where each process waited at the end, and what costs CPU."""
     import os
     import time
 
     path = os.environ.get("TRAINTRACE_TEST_TIMELINE")
-    start = time.time()
+    start, cpu = time.time(), _cpu()
     try:
         return (yield)
     finally:
         if path:
             import json
 
+            own, children = (round(b - a, 3) for a, b in zip(cpu, _cpu()))
             line = {"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "test": item.nodeid,
-                    "start": round(start, 3), "end": round(time.time(), 3)}
+                    "start": round(start, 3), "end": round(time.time(), 3), "cpu": own, "cpu_children": children}
             with open(path, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(line) + "\n")
