@@ -61,7 +61,9 @@ class CommandsMixin:
             return []
         with self._lock:
             st = self._journal.state
-            view = JobView(st.incarnation, set(st.applied_commands), st.halt is not None, st.finished)
+            q = st.quarantine
+            view = JobView(st.incarnation, set(st.applied_commands), st.halt is not None, st.finished,
+                           (str(q[0]), tuple(sorted(q[1]))) if q else None)
             batch = self._verified(self._take_notices([c for it in items for c in it.commands],  # type: ignore[attr-defined]
                                                       self._reject))
             decided = decide(view, batch)
@@ -129,6 +131,10 @@ class CommandsMixin:
             self.rolled_back(r.checkpoint_id, r.step, c.command_id, from_scratch=r.from_scratch)
         elif c.outcome == QUARANTINE:
             (self.on_quarantine or self._default_quarantine)(c)
+            with self._lock:
+                st = self._journal.state
+                before = st.quarantine[1] if st.quarantine and st.quarantine[0] == c.command_id else []
+                st.quarantine = [c.command_id, sorted({*before, *c.quarantined_checkpoint_ids})]
             self._record_applied(c)
         elif c.outcome == HALT:
             with self._lock:

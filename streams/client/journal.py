@@ -120,6 +120,9 @@ class JournalState:
     control_positions: dict[int, int] = field(default_factory=dict)
     #: the public key (hex) the job's JobStarted declared: its events are sealed by it
     public_key: str | None = None
+    #: the last QuarantineNotice applied: [command_id, [checkpoint ids]] (a notice published
+    #: again under its id with a longer list is applied again: streams.control.obey)
+    quarantine: list[Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = {
@@ -142,6 +145,8 @@ class JournalState:
         }
         if self.public_key is not None:
             d["public_key"] = self.public_key
+        if self.quarantine is not None:
+            d["quarantine"] = self.quarantine
         return d
 
     @classmethod
@@ -160,6 +165,7 @@ class JournalState:
             control_topic=control.get("topic"),
             control_positions={int(p): int(o) for p, o in (control.get("positions") or {}).items()},
             public_key=d.get("public_key"),
+            quarantine=d.get("quarantine"),
         )
 
     def apply(self, e: WalEntry) -> None:

@@ -23,6 +23,20 @@ RELEASE_REASON = "RELEASE"
 PLAN_ACTION = {"QuarantineNotice": "QUARANTINE", "PlanCleared": "CLEAR"}
 
 
+#: the fields of a plan record that are not its content: when and from what it was issued,
+#: what it supersedes, its signature (and the record's name a decoder adds)
+_NOT_CONTENT = frozenset(("issued_ts", "commitment_root", "supersedes", "signature", "key_id", "type"))
+
+
+def plan_content(record: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What a plan record says (every field but when and from what it was issued, what it
+    supersedes and its signature), comparable between a record as built and as decoded from the
+    topic. A plan whose content changes under its command id is published again (SPEC §10 does
+    not hash a ``QUARANTINE``'s list: :mod:`streams.referee.referee`)."""
+    return tuple(sorted((k, tuple(v) if isinstance(v, (list, tuple)) else v)
+                        for k, v in record.items() if k not in _NOT_CONTENT))
+
+
 def action_of(name: str, rec: Mapping[str, Any]) -> str:
     """What a control record does, in one word, as every reader shows it: a RollbackCommand's
     ``action`` (ROLLBACK, RESTART_FROM_BASE, RESTART_FROM_SCRATCH), QUARANTINE, CLEAR, HALT, or

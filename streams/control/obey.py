@@ -6,7 +6,9 @@ from what the job already knows (:class:`JobView`), and adds the job's own rules
 - Plans: only the job's effective plan record is acted on (every earlier one is superseded);
   a ``RollbackCommand`` only for the job's current incarnation (an older one is stale: the job
   already rolled back; a newer one is from the future: its journal was lost?) and not once the
-  job has finished; each ``command_id`` at most once.
+  job has finished; each ``command_id`` at most once — but a ``QuarantineNotice`` published again
+  under the id last applied, naming a checkpoint not quarantined yet, is applied again (nothing to
+  roll back: its list is what not to ship).
 - Halts: the last ``HaltCommand`` decides (reason ``RELEASE`` lifts the halt); only the one
   that changed the halted state is acted on, and only if the batch as a whole changes it; a
   halt or release already applied (same ``command_id``) is ignored.
@@ -42,6 +44,8 @@ class JobView:
     applied: set[str]
     halted: bool
     finished: bool = False
+    #: the last QuarantineNotice applied: (command_id, its checkpoint ids sorted)
+    quarantine: tuple[str, tuple[str, ...]] | None = None
 
 
 def decide(view: JobView, batch: Iterable[ControlCommand]) -> list[ControlCommand]:
@@ -65,7 +69,7 @@ def decide(view: JobView, batch: Iterable[ControlCommand]) -> list[ControlComman
 
 
 def _plan_outcome(view: JobView, job: JobControl, at: int, c: ControlCommand) -> str:
-    if c.command_id in view.applied:
+    if c.command_id in view.applied and not _quarantine_grew(view, c):
         return DUPLICATE
     if job.superseded(at):
         return SUPERSEDED
@@ -80,6 +84,15 @@ def _plan_outcome(view: JobView, job: JobControl, at: int, c: ControlCommand) ->
     if view.finished:
         return FINISHED
     return ROLLBACK
+
+
+def _quarantine_grew(view: JobView, c: ControlCommand) -> bool:
+    """``c`` is the QuarantineNotice last applied, published again under its id naming a
+    checkpoint the job has not quarantined yet (one of the finished job's checkpoints found
+    tainted later: :mod:`streams.referee.referee`). A copy of an earlier, shorter version adds
+    nothing and stays a duplicate."""
+    return (c.kind == "QuarantineNotice" and view.quarantine is not None and view.quarantine[0] == c.command_id
+            and not set(c.quarantined_checkpoint_ids) <= set(view.quarantine[1]))
 
 
 def _halt_outcome(view: JobView, job: JobControl, at: int, c: ControlCommand) -> str:

@@ -61,7 +61,7 @@ from streams.core.events import (
     RolledBack,
     parse_event,
 )
-from streams.control.commands import action_of
+from streams.control.commands import action_of, plan_content
 from streams.openlineage import facets as F
 from streams.records import (CheckpointStatus, DivergenceManifest, HaltCommand, PlanCleared, QuarantineNotice, Record,
                             RollbackCommand)
@@ -286,9 +286,10 @@ class OpenLineageMapper:
         return out
 
     def _plan(self, v: RollbackCommand | QuarantineNotice | PlanCleared) -> list[dict[str, Any]]:
-        if not self._first(("control", v.command_id)):
-            return []
         value = v.to_value()
+        # a plan published again with new content under its id (a quarantine list that grew) is news
+        if not self._first(("control", v.command_id, plan_content(value))):
+            return []
         plan = F.facet("traintrace_plan", commandId=v.command_id, record=v.NAME, action=action_of(v.NAME, value),
                        targetCheckpointId=value.get("target_checkpoint_id"), targetStep=value.get("target_step"),
                        incidentIds=_list(value.get("incident_ids")),

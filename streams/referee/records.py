@@ -11,7 +11,7 @@ but the processor's timestamps).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from streams.core.decide import (
     AlertRaised,
@@ -50,20 +50,6 @@ class Emission:
     @property
     def command_id(self) -> str | None:
         return self.value.get("command_id") if self.topic == "control" else None
-
-
-#: the control records that carry a job's plan (streams.control.commands.PLAN_RECORDS)
-PLAN_RECORD_NAMES = frozenset(("RollbackCommand", "QuarantineNotice", "PlanCleared"))
-#: the fields of a plan record that are not its content: when and from what it was issued,
-#: what it supersedes, its signature (and the record's name a decoder adds)
-_NOT_CONTENT = frozenset(("issued_ts", "commitment_root", "supersedes", "signature", "key_id", "type"))
-
-
-def plan_content(value: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What a plan record says (every field but :data:`_NOT_CONTENT`), comparable between the
-    record the fold decided and the one decoded from the topic."""
-    return tuple(sorted((k, tuple(v) if isinstance(v, (list, tuple)) else v)
-                        for k, v in value.items() if k not in _NOT_CONTENT))
 
 
 def clear_command_id(job_id: str, incarnation: int, supersedes: str) -> str:
@@ -199,8 +185,6 @@ def checkpoint_status_typed(ck: Checkpoint, cohort_id: str | None, incident_ids:
 
 __all__ = [
     "Emission",
-    "PLAN_RECORD_NAMES",
-    "plan_content",
     "alert_emission",
     "alert_id",
     "checkpoint_status",

@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from streams.control.commands import PLAN_RECORDS, plan_content
 from streams.core.commitment import build_commitment, commitment_root, concurrency_snapshot
 from streams.core.decide import (
     AlertRaised,
@@ -83,7 +84,7 @@ class Referee:
         self.snapshots: dict[str, list[dict[str, Any]]] = {}
         self.published: set[str] = set()
         #: job -> (command_id, content) of the job's plan record in force on lineage.control
-        #: (:func:`streams.referee.records.plan_content`): a plan whose content changes under
+        #: (:func:`streams.control.commands.plan_content`): a plan whose content changes under
         #: the same id is published again (the module doc)
         self.in_force: dict[str, tuple[str, tuple[Any, ...]]] = {}
         self.issued: dict[str, tuple[str, str, int]] = {}  # command_id -> (cohort, job, issued ms)
@@ -313,8 +314,8 @@ class Referee:
                 if self.is_out(em):
                     continue
                 self.published.add(cid)
-                if em.record in R.PLAN_RECORD_NAMES:
-                    self.in_force[em.key] = (cid, R.plan_content(em.value))
+                if em.record in PLAN_RECORDS:
+                    self.in_force[em.key] = (cid, plan_content(em.value))
                 if self.control_signer is not None:
                     em = R.Emission(em.topic, em.key, em.record, self.control_signer(em.record, em.value))
             kept.append(em)
@@ -327,16 +328,16 @@ class Referee:
         cid = em.command_id
         if cid not in self.published:
             return False
-        if em.record not in R.PLAN_RECORD_NAMES:
+        if em.record not in PLAN_RECORDS:
             return True
         out = self.in_force.get(em.key)
-        return out is None or out[0] != cid or out[1] == R.plan_content(em.value)
+        return out is None or out[0] != cid or out[1] == plan_content(em.value)
 
     def learn_in_force(self, plans: Mapping[str, tuple[str, Mapping[str, Any]]]) -> None:
         """What lineage.control holds as each job's plan in force: job -> (command_id, the
         record as decoded), read back on a takeover."""
         for job_id, (cid, record) in plans.items():
-            self.in_force[job_id] = (cid, R.plan_content(record))
+            self.in_force[job_id] = (cid, plan_content(record))
 
     def reconcile(self, partition: int, last_plan: dict[str, tuple[str, str]], now_ms: int) -> list[R.Emission]:
         """After a replay: publish what the rebuilt state decided and ``lineage.control`` lacks.

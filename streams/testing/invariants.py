@@ -23,7 +23,7 @@ from typing import Any
 
 from streams.kafka.topics import TopicNames
 from streams.kafka.reader import read_to_end
-from streams.referee.records import PLAN_RECORD_NAMES, plan_content
+from streams.control.commands import PLAN_RECORDS, plan_content
 from streams.codec import Codec, DecodeError
 from streams.core.errors import InvalidEvent
 from streams.core.cohorts import UNREGISTERED_COHORT
@@ -229,7 +229,7 @@ def assert_commands_consistent(bootstrap: str, topics: TopicNames, allow_copies:
     differ = []
     for name, rec, raw in control_records(bootstrap, topics):
         cid = rec["command_id"]
-        key = (cid, plan_content(rec) if name in PLAN_RECORD_NAMES else ())
+        key = (cid, plan_content(rec) if name in PLAN_RECORDS else ())
         if key in seen:
             copies += 1
             if seen[key] != raw:

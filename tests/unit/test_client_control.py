@@ -39,9 +39,9 @@ def cleared(cid, supersedes, inc=1):
     return command_from_record(*CODEC.decode_record(CODEC.encode_record("PlanCleared", rec)))
 
 
-def quarantine(cid, inc=0):
+def quarantine(cid, inc=0, ids=("A-500", "A-520")):
     rec = {"command_id": cid, "job_id": "A", "cohort_id": None, "incarnation": inc, "incident_ids": ["i1"],
-           "quarantined_checkpoint_ids": ["A-500", "A-520"], "supersedes": None, "issued_ts": 1,
+           "quarantined_checkpoint_ids": list(ids), "supersedes": None, "issued_ts": 1,
            "commitment_root": None}
     return command_from_record(*CODEC.decode_record(CODEC.encode_record("QuarantineNotice", rec)))
 
@@ -295,3 +295,33 @@ def test_default_quarantine_writes_a_marker(tmp_path):
         assert [x.outcome for x in c.poll()] == ["duplicate"]
     finally:
         c.close(timeout=0)
+
+
+def test_a_notice_published_again_with_a_longer_list_is_applied_again(tmp_path):
+    """The referee re-sends a finished job's QuarantineNotice under its id when one more of its
+    checkpoints is found tainted (streams.referee.referee): the marker then names it too, across
+    a restart of the client; a late copy of the shorter version changes nothing."""
+    calls = []
+    c = make_client(tmp_path)
+    try:
+        c.start()
+        c.finished()
+        feed(c, quarantine("q1", ids=["A-500"]))
+        assert [x.outcome for x in c.poll()] == ["quarantine"]
+        feed(c, quarantine("q1", ids=["A-500", "A-520"]))
+        assert [x.outcome for x in c.poll()] == ["quarantine"]
+        marker = json.loads((tmp_path / QUARANTINE_FILE).read_text())
+        assert marker["quarantined_checkpoint_ids"] == ["A-500", "A-520"]
+        assert c.applied_commands == ["q1"]
+    finally:
+        c.close(timeout=0)
+    again = make_client(tmp_path, on_quarantine=calls.append)
+    try:
+        feed(again, quarantine("q1", ids=["A-500"]), quarantine("q1", ids=["A-500", "A-520"]))
+        assert [x.outcome for x in again.poll()] == ["duplicate", "duplicate"]
+        feed(again, quarantine("q1", ids=["A-520", "A-540"]))
+        assert [x.outcome for x in again.poll()] == ["quarantine"]
+        assert [x.quarantined_checkpoint_ids for x in calls] == [("A-520", "A-540")]
+        assert again._journal.state.quarantine == ["q1", ["A-500", "A-520", "A-540"]]
+    finally:
+        again.close(timeout=0)

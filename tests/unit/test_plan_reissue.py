@@ -136,3 +136,15 @@ def test_the_audit_holds_both_versions_and_misses_a_lost_one(tmp_path: Path):
     report = audit(log)
     failing = [f for c in report.checks if c.name == "commands" for f in c.failures]
     assert any(cid[:12] in f.what and "missing QuarantineNotice" in f.what for f in failing), failing
+
+
+def test_openlineage_tells_the_longer_list_and_not_a_copy():
+    from streams.openlineage.mapping import OpenLineageMapper
+
+    _ref, out = fold_live(arrival(first_reissue()))
+    cid = reissued(out)[0]
+    notices = [em for em in out if em.record == "QuarantineNotice" and em.value["command_id"] == cid]
+    mapper = OpenLineageMapper()
+    told = [e["run"]["facets"]["traintrace_plan"].get("quarantinedCheckpointIds")
+            for em in (*notices, *notices) for e in mapper.on_record(em.typed)]
+    assert told == [em.value["quarantined_checkpoint_ids"] or None for em in notices]
