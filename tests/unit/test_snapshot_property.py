@@ -22,7 +22,7 @@ from streams.core.decide import Lineage
 from streams.core.events import parse_event
 from streams.core.snapshot import dump_lineage, load_lineage
 from streams.core.state import Config
-from streams.testing.cohort import chain_events, generate_cohorts, seal_events
+from streams.testing.cohort import chain_events, generate_cohorts, interleave_jobs, seal_events
 
 from .vectors import comparable, load_expected, load_lines, mismatches, vector_names
 
@@ -62,29 +62,6 @@ def _forgeries(events: list, rng: random.Random, rate: float) -> list:
     return out
 
 
-def _interleave(events: list, rng: random.Random, redeliver: float) -> list:
-    """A random merge keeping each job's order, with identical redeliveries."""
-    queues: dict[str, list] = defaultdict(list)
-    for ev in events:
-        queues[ev.job_id].append(ev)
-    heads = {j: 0 for j in queues}
-    delivered: dict[str, list] = defaultdict(list)
-    live = sorted(queues)
-    out = []
-    while live:
-        j = live[rng.randrange(len(live))]
-        if delivered[j] and rng.random() < redeliver:
-            out.append(delivered[j][rng.randrange(len(delivered[j]))])
-            continue
-        ev = queues[j][heads[j]]
-        heads[j] += 1
-        out.append(ev)
-        delivered[j].append(ev)
-        if heads[j] == len(queues[j]):
-            live.remove(j)
-    return out
-
-
 def _ops(seed: int) -> list[tuple]:
     """The operations of one case: ("fold", event, ref, now) and ("tick", now, grace)."""
     rng = random.Random(seed)
@@ -101,7 +78,7 @@ def _ops(seed: int) -> list[tuple]:
     events = [parse_event(d) for d in dicts]
     if kind == 2:
         events = _forgeries(events, rng, 0.05)
-    events = _interleave(events, rng, rng.choice((0.0, 0.03)))
+    events = interleave_jobs(events, rng, rng.choice((0.0, 0.03)))
     ops: list[tuple] = []
     now = 1_000
     for i, ev in enumerate(events):
