@@ -176,14 +176,12 @@ class ControlState:
     @property
     def last_plans(self) -> dict[str, tuple[str, str]]:
         """job_id -> (record name, command_id) of the job's last plan record."""
-        return {job_id: (job.last_plan.kind, job.last_plan.command_id)
-                for job_id, job in self.jobs.items() if job.last_plan is not None}
+        return {job_id: (cmd.kind, cmd.command_id) for job_id, cmd in self.in_force.items()}
 
     @property
-    def in_force(self) -> dict[str, tuple[str, Mapping[str, Any]]]:
-        """job_id -> (command_id, the record as decoded) of the job's last plan record."""
-        return {job_id: (job.last_plan.command_id, job.last_plan.record)
-                for job_id, job in self.jobs.items() if job.last_plan is not None}
+    def in_force(self) -> dict[str, ControlCommand]:
+        """job_id -> the job's last plan record (its ``record`` as decoded)."""
+        return {job_id: job.last_plan for job_id, job in self.jobs.items() if job.last_plan is not None}
 
     def to_dict(self) -> dict[str, list[dict[str, Any]]]:
         """``{"plans": [...], "halts": [...]}``, each sorted by ``job_id`` (SPEC §11 shapes,

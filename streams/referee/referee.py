@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from streams.control.commands import PLAN_RECORDS, plan_content
+from streams.control.commands import PLAN_RECORDS, ControlCommand, plan_content
 from streams.core.commitment import build_commitment, commitment_root, concurrency_snapshot
 from streams.core.decide import (
     AlertRaised,
@@ -333,11 +333,11 @@ class Referee:
         out = self.in_force.get(em.key)
         return out is None or out[0] != cid or out[1] == plan_content(em.value)
 
-    def learn_in_force(self, plans: Mapping[str, tuple[str, Mapping[str, Any]]]) -> None:
-        """What lineage.control holds as each job's plan in force: job -> (command_id, the
-        record as decoded), read back on a takeover."""
-        for job_id, (cid, record) in plans.items():
-            self.in_force[job_id] = (cid, plan_content(record))
+    def learn_in_force(self, plans: Mapping[str, ControlCommand]) -> None:
+        """What lineage.control holds as each job's plan in force (job -> its last plan record,
+        :attr:`streams.control.fold.ControlState.in_force`), read back on a takeover."""
+        for job_id, cmd in plans.items():
+            self.in_force[job_id] = (cmd.command_id, plan_content(cmd.record))
 
     def reconcile(self, partition: int, last_plan: dict[str, tuple[str, str]], now_ms: int) -> list[R.Emission]:
         """After a replay: publish what the rebuilt state decided and ``lineage.control`` lacks.

@@ -5,9 +5,10 @@ so it never publishes a command twice, nor one a later record superseded (the fo
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 from streams.codec import Codec, DecodeError
+from streams.control.commands import ControlCommand
 from streams.control.fold import ControlState
 from streams.kafka import reader
 from streams.kafka.settings import KafkaSettings
@@ -38,8 +39,8 @@ class OnControl(NamedTuple):
     command_ids: set[str]
     #: job_id -> (record name, command_id) of the job's last plan record
     last_plans: dict[str, tuple[str, str]]
-    #: job_id -> (command_id, the record as decoded) of the job's last plan record
-    in_force: dict[str, tuple[str, Mapping[str, Any]]]
+    #: job_id -> the job's last plan record
+    in_force: dict[str, ControlCommand]
 
 
 def read_published_commands(settings: WorkerSettings, codec: Codec) -> OnControl:
