@@ -352,9 +352,11 @@ def test_a_job_killed_and_restarted_continues_its_chain(pipeline, kafka_bootstra
     nowhere = f"127.0.0.1:{free_port()}"
     resumed = []
     # run 0 cannot reach Kafka at all: its events exist only in its journal when it is killed;
-    # runs 1 and 2 are killed mid-stream with events in flight
-    for kill_at, bootstrap, (first, last) in ((40, nowhere, (0, 10**6)), (150, kafka_bootstrap, (100, 10**6)),
-                                              (80, kafka_bootstrap, (1000, 10**6))):
+    # runs 1 and 2 are killed mid-stream with events in flight. Each run's steps end where the
+    # next run's begin: a loaded machine let run 0 go on from its 40th step to its 100th before
+    # the kill landed, and run 1 then wrote R-100 again (a conflicting duplicate of the test's own)
+    for kill_at, bootstrap, (first, last) in ((40, nowhere, (0, 100)), (150, kafka_bootstrap, (100, 1000)),
+                                              (80, kafka_bootstrap, (1000, 5000))):
         proc = run_job(script, ["R", str(jdir), bootstrap, prefix, str(first), str(last), "0"])
         try:
             steps = 0
