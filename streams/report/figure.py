@@ -1,11 +1,17 @@
 """One cohort's lineage as a matplotlib figure (Agg): :func:`render_figure` sizes the figure to
 its lanes and texts, sets up the axes (linear or symmetric-log steps), draws the lane bands and
 their labels, then the marks (:mod:`streams.report.marks`), the labels
-(:mod:`streams.report.labels`), the legend and the note."""
+(:mod:`streams.report.labels`), the legend and the note.
+
+matplotlib is not thread-safe: a parsed mathtext marker (the legend's ``$?$``) keeps the font
+objects of the thread that parsed it, and two threads drawing at once failed ``FT_Load_Glyph``
+("invalid outline": the live page's drawing thread beside the demo's report). So a figure is
+built, and serialised (:mod:`streams.report.svg_png`), holding :data:`DRAWING`."""
 
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +29,9 @@ from streams.report.marks import (
 )
 from streams.report.model import CohortModel, Lane
 from streams.report.style import C_LANE
+
+#: held while a figure is built and while it is serialised: one drawing at a time in a process
+DRAWING = threading.RLock()
 
 LANE_GAP = 0.35      # between two lanes, in rows
 LEGEND_COLUMNS = 4

@@ -326,6 +326,31 @@ def test_png(name):
     assert 10_000 < len(data) < 5_000_000
 
 
+def test_threads_drawing_at_once_all_succeed():
+    """The live page draws in a thread of its own while the demo draws its report: matplotlib is
+    not thread-safe (without the drawing lock this failed ``FT_Load_Glyph``, "invalid outline",
+    and mathtext parse errors on the legend's ``$?$`` marker, which vector 06 draws)."""
+    import threading
+
+    cm = next(c for c in model_of("06_guard_untraceable").cohorts.values() if any(not e.resolved for e in c.edges))
+    start, errors = threading.Barrier(3), []
+
+    def draw(k: int) -> None:
+        start.wait()
+        for i in range(5):
+            try:
+                (render_svg if (i + k) % 2 else render_png)(cm, source="06", events=1)
+            except Exception as exc:  # noqa: BLE001 - the assertion names it
+                errors.append(repr(exc))
+
+    threads = [threading.Thread(target=draw, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+
+
 def test_png_wildly_different_step_ranges_uses_a_symlog_axis(tmp_path):
     """A short job next to a very long one: the short one is kept readable."""
     lines = [
