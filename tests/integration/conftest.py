@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from streams.devtools.broker import BrokerError, JavaMissing, LocalBroker, MavenMissing
+from streams.kafka.topics import wait_until_served
 from tests.integration.frameworks import lineage_cohort  # noqa: F401 - the framework tests' fixture
 
 _HERE = Path(__file__).resolve().parent
@@ -76,6 +77,8 @@ def _wait_for_topic(admin: Any, topic: str, partitions: int, timeout: float = 30
             and len(meta.partitions) == partitions
             and all(p.leader >= 0 for p in meta.partitions.values())
         ):
+            # and open on its leader: a first write refused there can be lost (ensure_topics waits alike)
+            wait_until_served(admin, {topic: partitions}, deadline - time.monotonic())
             return
         if time.monotonic() > deadline:
             raise TimeoutError(f"topic {topic} not ready after {timeout}s: {meta and meta.error}")

@@ -142,3 +142,25 @@ def test_worker_starts_with_the_override(kafka_bootstrap, fresh, tmp_path):
         w.stop()
     warned = [ln for ln in _output_lines(w) if "warning:" in ln and names.events in ln]
     assert warned and f"retention.ms={WEEK_MS}" in warned[0], w.log_tail()
+
+
+def test_every_partition_is_open_on_its_leader_when_ensure_topics_returns(kafka_bootstrap, fresh):
+    """A write may follow ``ensure_topics`` at once: each new partition answers ListOffsets on its
+    leader (the metadata names a leader before the broker opened the partition, and an idempotent
+    producer's first write refused then can be lost with no error: KAFKA-15591). Before the wait,
+    about four new partitions in ten refused it here."""
+    from confluent_kafka import KafkaException, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    _prefix, names = fresh
+    topics = standard_topics(names, partitions=8)
+    ensure_topics(kafka_bootstrap, topics)
+    admin = KafkaSettings.of(kafka_bootstrap).admin()
+    asked = {TopicPartition(name, p): OffsetSpec.earliest() for name, parts, _config in topics for p in range(parts)}
+    refused = []
+    for tp, fut in admin.list_offsets(asked, request_timeout=30).items():
+        try:
+            fut.result()
+        except KafkaException as exc:
+            refused.append(f"{tp.topic}[{tp.partition}]: {exc.args[0].name()}")
+    assert not refused, f"{len(refused)} of {len(asked)} new partitions not open on their leader: {refused[:4]}"

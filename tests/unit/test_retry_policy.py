@@ -167,7 +167,7 @@ def test_a_failing_timer_round_is_counted_and_never_reaches_faust():
 
 # -- every broker call site -----------------------------------------------------------------------
 
-BROKER_CALL = re.compile(r"\.(committed|list_topics|get_watermark_offsets|offsets_for_times|describe_configs|"
+BROKER_CALL = re.compile(r"\.(committed|list_topics|list_offsets|get_watermark_offsets|offsets_for_times|describe_configs|"
                          r"create_topics|describe_consumer_groups|list_consumer_group_offsets|create_acls|"
                          r"describe_acls|delete_acls|alter_configs|incremental_alter_configs)\(")
 
