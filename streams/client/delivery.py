@@ -251,7 +251,7 @@ class Delivery:
                 self._cond.notify_all()
             else:
                 self._refusal(err, "WRITE")
-                self._fail(f"delivery of seq {seq} failed: {err.str()}", fatal=err.fatal())
+                self._fail(f"delivery of seq {seq} failed: {err.str()}{self._missing(err)}", fatal=err.fatal())
         if err is None and self.on_ack is not None:
             self.on_ack(seq)
 
@@ -264,6 +264,15 @@ class Delivery:
             else:
                 self._refusal(err, "WRITE")
                 self._fail(f"delivery of the seal record of seq {seq} failed: {err.str()}", fatal=err.fatal())
+
+    def _missing(self, err: KafkaError) -> str:
+        """What to do when ``err`` says the topic does not exist: the producer never creates it (a
+        topic a broker auto-creates gets its defaults, e.g. a week's retention the worker then
+        refuses, and its first writes can be lost: docs/operations.md)."""
+        if err.code() not in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+            return ""
+        return (f" ({self.topic} does not exist yet: `traintrace worker` creates the topics; the events wait "
+                f"in the journal and go out once it does)")
 
     def _fail(self, reason: str, fatal: bool) -> None:
         self.failures += 1

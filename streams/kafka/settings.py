@@ -57,13 +57,17 @@ if not os.environ.get("TRAINTRACE_KAFKA_DEBUG"):
     client_logger.addHandler(logging.NullHandler())
 
 #: what every producer is: keys land where Faust/aiokafka (Java's default partitioner) put them,
-#: idempotent, acknowledged by every in-sync replica
+#: idempotent, acknowledged by every in-sync replica; it never has a broker auto-create a topic
+#: (one partition, the broker's retention: a job started before any worker got a week-long
+#: ``lineage.events``, which the worker then refused; and KAFKA-15591 can lose the first writes
+#: to a topic made that way). A record for a missing topic waits and is sent again.
 PRODUCER_DEFAULTS: dict[str, Any] = {
     "partitioner": "murmur2_random",
     "enable.idempotence": True,
     "acks": "all",
     "linger.ms": 5,
     "compression.type": "lz4",
+    "allow.auto.create.topics": False,
 }
 #: what every consumer is: no auto commit (traintrace commits what it has processed, or nothing),
 #: only committed transactions

@@ -456,3 +456,24 @@ def test_events_emitted_while_the_broker_is_down_are_all_delivered(tmp_path):
         if client is not None:
             client.close(0)
         broker.stop()
+
+
+def test_a_job_started_before_any_worker_creates_no_topic_and_loses_nothing(clients, kafka_bootstrap):
+    """A newcomer starts a training job before the worker: its producer does not have the broker
+    auto-create ``lineage.events`` (that gave one partition and the broker's week of retention,
+    which the worker then refused, and KAFKA-15591 can lose a new topic's first writes); the
+    events wait in the journal and all go out, in order, once the worker's topics exist."""
+    prefix = f"nw{uuid.uuid4().hex[:8]}."
+    topics = TopicNames.from_env(prefix)
+    c = clients("early", topics, follow_control=False)
+    c.start()
+    for step in range(5):
+        c.progress(step, 0, 1.0)
+    assert c.flush(3) > 0  # nowhere to go yet
+    admin = KafkaSettings.of(kafka_bootstrap).admin()
+    assert [t for t in admin.list_topics(timeout=10).topics if t.startswith(prefix)] == []
+    ensure_topics(kafka_bootstrap, standard_topics(topics, 2))  # the worker starts
+    assert c.flush(60) == 0
+    got = without_seal_records(job_events(kafka_bootstrap, topics)["early"])
+    assert [seq for seq, _v in got] == list(range(6))  # JobStarted and five Progress
+    assert_chain_verifies([v for _seq, v in got])
