@@ -147,8 +147,8 @@ def wait_until_served(admin: Any, topics: Mapping[str, int], timeout: float) -> 
     (measured on Kafka 4.1: 259 of 600 new partitions refused ListOffsets with
     NOT_LEADER_OR_FOLLOWER right after the metadata named their leaders). An idempotent producer
     whose first write to such a partition is refused while its second, in flight behind it, is
-    accepted loses the first one with no error at all (KAFKA-15591, fixed in Kafka 4.5; seen in CI:
-    a partition's first four events acknowledged and not on the topic). So nothing is written
+    accepted loses the first one with no error at all (KAFKA-15591, fixed in Kafka 4.5; most likely
+    what CI saw once: a new partition's first four events acknowledged and not on the topic). So nothing is written
     to a topic traintrace created before this returns. An error that is not transient (e.g. no
     DESCRIBE on the topic) ends the wait for that partition: it cannot be checked.
     :class:`KafkaAdapterError` after ``timeout`` s."""
@@ -163,9 +163,14 @@ def wait_until_served(admin: Any, topics: Mapping[str, int], timeout: float) -> 
         if left <= 0:
             raise KafkaAdapterError(f"partitions {sorted(pending)[:8]} of the new topics are not served by their "
                                     f"leaders after {timeout:.0f}s ({last})")
-        futures = admin.list_offsets(  # retried: this loop, transient errors until the deadline
-            {TopicPartition(n, p): OffsetSpec.earliest() for n, p in sorted(pending)},
-            request_timeout=max(0.5, min(5.0, left)))
+        try:
+            futures = admin.list_offsets(  # retried: this loop, transient errors until the deadline
+                {TopicPartition(n, p): OffsetSpec.earliest() for n, p in sorted(pending)},
+                request_timeout=max(0.5, min(5.0, left)))
+        except KafkaException as exc:
+            if not is_transient(exc):
+                raise KafkaAdapterError(f"cannot list the offsets of the new topics: {exc}") from exc
+            last, futures = str(exc), {}
         for tp, fut in futures.items():
             try:
                 fut.result()
