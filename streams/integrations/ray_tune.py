@@ -377,6 +377,7 @@ class LineagePBT(PopulationBasedTraining):
                 job.outcomes.append(f"exploit-skipped: {exc}")
                 continue
             super()._exploit(tune_controller, trial, candidate)
+            self._forget_decision(tune_controller, trial)
             job.exploits += 1
             job.consumed.append(source)
             return
@@ -490,6 +491,7 @@ class LineagePBT(PopulationBasedTraining):
                       sub.reason)
         trial = job.trial
         self._pause(trial)
+        self._forget_decision(self._controller, trial)
         manager = trial.run_metadata.checkpoint_manager
         if restored.checkpoint_id is None:  # the base of a PBT trial: no checkpoint, a fresh start
             manager._latest_checkpoint_result = None
@@ -514,6 +516,26 @@ class LineagePBT(PopulationBasedTraining):
         job.last_checkpoint_id = restored.checkpoint_id
         job.restores.append(restored)
         return restored
+
+    @staticmethod
+    def _forget_decision(controller: Any, trial: Trial) -> None:
+        """Drop a decision Tune keeps for ``trial`` once it is paused. Tune caches a trial's next
+        decision while the trial saves (``TuneController._cached_trial_decisions``) and executes
+        it when the save resolves. A trial paused without a checkpoint while it was still saving
+        (PBT exploiting, at a synchronisation point, a trial that had just begun saving its pause
+        checkpoint) has that save dropped and a STOP cached, which nothing clears: the trial's
+        first save after it is resumed or restored executed it, and the trial ended one iteration
+        later as if finished (CI: a trial rolled back by the referee stopped at step 3 of 8; it
+        ends an exploited trial alike). A paused trial has no save pending, so whatever is cached
+        for it is stale. Never raises."""
+        inner = getattr(controller, "__dict__", {}).get("_tune_controller", controller)  # PBT gets a wrapper
+        try:
+            if trial.status == Trial.PAUSED:
+                stale = inner._cached_trial_decisions.pop(trial.trial_id, None)
+                if stale is not None:
+                    log.debug("traintrace: trial %s: Tune's stale %s decision dropped", trial.trial_id, stale)
+        except Exception:  # noqa: BLE001 - another Ray: nothing cached there
+            log.debug("traintrace: Tune's cached decisions of trial %s not checked", trial.trial_id)
 
     @staticmethod
     def _past_written_checkpoints(trial: Trial) -> None:
