@@ -186,7 +186,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  #
     import time
 
     path = os.environ.get("TRAINTRACE_TEST_TIMELINE")
-    start, cpu = time.time(), _cpu()
+    start, cpu = time.time(), (_cpu() if path else (0.0, 0.0))
     try:
         return (yield)
     finally:

@@ -10,8 +10,8 @@ Every test collected under ``tests/integration`` is marked ``integration``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from streams.devtools.broker import BrokerError, JavaMissing, LocalBroker, MavenMissing
-from streams.kafka.topics import wait_until_served
+from streams.kafka.settings import KafkaSettings
+from streams.kafka.topics import ensure_topics
 from tests.integration.frameworks import lineage_cohort  # noqa: F401 - the framework tests' fixture
 
 _HERE = Path(__file__).resolve().parent
@@ -61,52 +62,24 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def kafka_admin(kafka_bootstrap: str) -> Any:
     """A confluent-kafka ``AdminClient`` on the session broker."""
-    from streams.kafka.settings import KafkaSettings
-
     return KafkaSettings.of(kafka_bootstrap).admin()
 
 
-def _wait_for_topic(admin: Any, topic: str, partitions: int, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        md = admin.list_topics(topic=topic, timeout=5)
-        meta = md.topics.get(topic)
-        if (
-            meta is not None
-            and meta.error is None
-            and len(meta.partitions) == partitions
-            and all(p.leader >= 0 for p in meta.partitions.values())
-        ):
-            # and open on its leader: a first write refused there can be lost (ensure_topics waits alike)
-            wait_until_served(admin, {topic: partitions}, deadline - time.monotonic())
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"topic {topic} not ready after {timeout}s: {meta and meta.error}")
-        time.sleep(0.1)
-
-
 @pytest.fixture
-def topic_factory(kafka_admin: Any) -> Iterator[Callable[..., str]]:
+def topic_factory(kafka_bootstrap: str, kafka_admin: Any) -> Iterator[Callable[..., str]]:
     """``make(partitions=1, config=None, prefix="t") -> name``: a fresh topic, ready to use.
 
-    Topics are named ``<prefix>-<uuid hex>``, created with replication factor 1 and deleted
-    (best effort) when the test ends.
+    Topics are named ``<prefix>-<uuid hex>``, created with replication factor 1 by
+    :func:`~streams.kafka.topics.ensure_topics` (which returns once every partition is open on its
+    leader) and deleted (best effort) when the test ends.
     """
-    from confluent_kafka.admin import NewTopic
-
+    kafka = dataclasses.replace(KafkaSettings.of(kafka_bootstrap), replication_factor=1)
     created: list[str] = []
 
     def make(partitions: int = 1, config: dict[str, str] | None = None, prefix: str = "t") -> str:
         name = f"{prefix}-{uuid.uuid4().hex}"
-        new = NewTopic(
-            name,
-            num_partitions=partitions,
-            replication_factor=1,
-            config={k: str(v) for k, v in (config or {}).items()},
-        )
-        kafka_admin.create_topics([new], operation_timeout=30)[name].result(timeout=60)
+        ensure_topics(kafka, [(name, partitions, {k: str(v) for k, v in (config or {}).items()})])
         created.append(name)
-        _wait_for_topic(kafka_admin, name, partitions)
         return name
 
     yield make
