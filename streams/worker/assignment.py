@@ -22,7 +22,7 @@ from streams.worker.jobmap import read_map_partitions
 from streams.worker.recovery import Takeover, group_starts
 from streams.worker.settings import WorkerSettings
 from streams.worker.snapshots import Round, SnapshotStore
-from streams.worker.stages import FoldStage, RouteStage
+from streams.worker.stages import FoldStage, RouteStage, die
 
 log = logging.getLogger("traintrace.worker")
 
@@ -48,8 +48,14 @@ class Assignment:
 
     async def commit(self, partitions: set[TP] | None = None) -> dict[TP, int]:
         """Commit the positions of owned partitions (all, or those of ``partitions``) that
-        moved; returns what was committed. Call with both locks held: positions only move once
-        outputs are flushed."""
+        moved; returns what was committed. Call with both locks held: each stage's last batch is
+        settled first (its records delivered: a position counts only then), and a delivery
+        that failed ends the worker before anything is committed."""
+        for stage in (self.route, self.fold):
+            try:
+                await stage.settle()
+            except Exception as exc:  # as in the agents: never commit a batch whose outputs are not out
+                die(stage.name, exc)
         inputs = (self.route.input, self.fold.input)
         offsets: dict[TP, int] = {}
         for inp in inputs:

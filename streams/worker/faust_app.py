@@ -10,10 +10,10 @@ Flow (docs/pipeline.md has the diagram)::
                  lineage.control · lineage.manifests · lineage.alerts · lineage.commitments ·
                  lineage.checkpoints (compacted checkpoint statuses, for /checkpoints/{id})
 
-- Both agents use ``take_events`` batches; outputs go through one idempotent confluent-kafka
-  producer (``murmur2_random``, :mod:`streams.worker.outbox`) and are flushed before the
-  positions move, so offsets are committed only after everything the batch caused is on the
-  broker (at-least-once). The worker commits its positions itself
+- Both agents use ``take_events`` batches; outputs go through an idempotent confluent-kafka
+  producer of each stage (``murmur2_random``, :mod:`streams.worker.outbox`) and are delivered
+  before the positions count as processed, so offsets are committed only after everything the
+  batch caused is on the broker (at-least-once; the next batch is processed meanwhile). The worker commits its positions itself
   (:mod:`streams.worker.positions`, :mod:`streams.worker.assignment`).
 - The router's job → cohort map is kept in ``lineage.job-cohorts`` (:mod:`streams.worker.jobmap`),
   keyed and partitioned like ``lineage.events``.
@@ -146,7 +146,7 @@ def create_app(settings: WorkerSettings) -> faust.App:
     by_cohort_topic = app.topic(topics.by_cohort, key_serializer="raw", value_serializer="raw",
                                 partitions=settings.partitions, acks=False)
 
-    outbox = Outbox(settings, codec)
+    outbox = Outbox(settings, codec)  # the fold stage's, housekeeping's and a takeover's (under the fold's lock)
     signer, control_signer = _signers(settings)
     referee = Referee(settings.core, settings.ack_timeout_ms, signer=signer, control_signer=control_signer)
     ckview = CheckpointView(settings, codec)
@@ -155,7 +155,10 @@ def create_app(settings: WorkerSettings) -> faust.App:
     jobmap = JobCohortMap()  # job_id -> cohort_id, kept in lineage.job-cohorts
     # the router's parsed events, handed to the fold: one decode an event (both stages in this process)
     parsed = ParsedEvents() if settings.stages == "all" else None
-    route = RouteStage(settings, codec, jobmap, outbox, asyncio.Lock(), parsed)  # the router
+    # the route stage's own outbox: a stage waits for what it sent (a Ticket), not for the other
+    # stage's records too (in a route-only worker nothing else sends: no cohort is folded there)
+    route_outbox = Outbox(settings, codec) if settings.routes and settings.folds else outbox
+    route = RouteStage(settings, codec, jobmap, route_outbox, asyncio.Lock(), parsed)  # the router
     fold = FoldStage(settings, codec, referee, outbox, asyncio.Lock(), parsed)  # the fold (decide agent, timers)
     snapshots = SnapshotStore(settings, codec, referee, signer)  # lineage.snapshots
     assignment = Assignment(settings, route, fold,

@@ -146,7 +146,11 @@ class DirectFeed:
             if self.closing:  # stopped while it consumed: what it got is the next owner's
                 self._close_now()
                 return
-            if not records:
+            if not records:  # nothing more for now: the last batch's deliveries are waited for now,
+                # not when the next batch comes (it counts as processed, and is committed, only then)
+                if self.stage.pending is not None:
+                    async with self.stage.lock:
+                        await self.stage.settle()
                 continue
             for r in records:
                 if self.at.get(r.partition, -1) <= r.offset:

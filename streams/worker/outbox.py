@@ -1,6 +1,11 @@
-"""The worker's one way out: every record it publishes goes through one idempotent producer,
-and a batch counts as done only once :meth:`Outbox.flush` says everything it caused is on the
+"""The worker's one way out: every record a stage publishes goes through an idempotent producer,
+and a batch counts as done only once :meth:`Outbox.wait` says everything it caused is on the
 broker (at-least-once).
+
+What a batch sent is a :class:`Ticket` (:meth:`Outbox.cut`): its records' delivery reports, so a
+stage can wait for one batch's records while the next batch's are on their way
+(:meth:`Stage.process <streams.worker.stages.Stage.process>`), and :meth:`Outbox.flush` waits for
+what was sent since the last cut.
 
 A delivery the cluster refuses (a missing ACL, a rejected SASL login, a failed TLS handshake)
 fails the flush with the one line of :meth:`KafkaSettings.refusal
@@ -28,6 +33,34 @@ log = logging.getLogger("traintrace.worker")
 
 #: one round of waiting for the deliveries of a batch (a stalled broker makes several)
 FLUSH_ROUND_S = 30.0
+#: seconds of one ``producer.flush()`` while a ticket's records wait behind later ones (a flush
+#: returns early only once every record is delivered, the later ones too)
+WAIT_SLICE_S = 0.005
+
+
+class Ticket:
+    """The records an outbox sent between two cuts: how many, and the delivery report of each
+    (None: delivered; else the error and its topic). Reports come on whichever thread serves
+    the producer's callbacks: ``list.append`` is atomic."""
+
+    __slots__ = ("sent", "reports", "first_topic", "acked_at")
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.reports: list[tuple[KafkaError, str] | None] = []
+        self.first_topic: str | None = None  # of its first record (for a refusal)
+        self.acked_at: float | None = None  # epoch seconds of the last report
+
+    def on_delivery(self, err, msg) -> None:
+        self.reports.append(None if err is None else (err, msg.topic() if msg is not None else "?"))
+        self.acked_at = time.time()
+
+    @property
+    def remaining(self) -> int:
+        return self.sent - len(self.reports)
+
+    def errors(self) -> list[tuple[KafkaError, str]]:
+        return [r for r in self.reports if r is not None]
 
 
 class Outbox:
@@ -46,15 +79,19 @@ class Outbox:
         # error_cb: a refused login or TLS handshake (librdkafka would retry it forever) is kept
         self.watch = settings.kafka.error_watch()
         self.producer = settings.kafka.producer(**{"linger.ms": 2, "error_cb": self.watch})
-        self.errors: list[tuple[KafkaError, str]] = []   # (error, topic) of failed deliveries
-        #: a producer's fatal error raised by produce()/poll() in send(): flush() raises its refusal
+        #: what was sent since the last cut
+        self._ticket = Ticket()
+        #: the ticket of the last record sent (a wait for an older one cannot flush to the end)
+        self._last = self._ticket
+        #: a producer's fatal error raised by produce()/poll() in send(): a wait raises its refusal
         self.fatal: Exception | None = None
-        self._first_topic: str | None = None  # of the first record since the last flush (for a refusal)
+        self._first_topic: str | None = None  # of the first record of the ticket waited for (for a refusal)
         self._emitted: dict[str, Any] = {}  # record name -> its traintrace_records_emitted_total child
 
-    def _cb(self, err, msg) -> None:
-        if err is not None:
-            self.errors.append((err, msg.topic() if msg is not None else "?"))
+    def cut(self) -> Ticket:
+        """What was sent since the last cut; what is sent from now on is another ticket's."""
+        ticket, self._ticket = self._ticket, Ticket()
+        return ticket
 
     def send(self, topic: str, key: bytes | None, value: bytes, headers: list | None = None,
              partition: int | None = None) -> None:
@@ -63,12 +100,15 @@ class Outbox:
         if headers is None:
             headers = self.headers.for_value(value)
         where = {} if partition is None else {"partition": partition}
-        self._first_topic = self._first_topic or topic
+        ticket = self._last = self._ticket
+        if ticket.first_topic is None:
+            ticket.first_topic = topic
         try:
             while True:
                 try:
-                    self.producer.produce(topic, key=key, value=value, headers=headers, on_delivery=self._cb,
+                    self.producer.produce(topic, key=key, value=value, headers=headers, on_delivery=ticket.on_delivery,
                                           **where)
+                    ticket.sent += 1
                     break
                 except BufferError:
                     self.producer.poll(0.05)
@@ -96,15 +136,22 @@ class Outbox:
         metrics.DLQ.labels(record["error_kind"]).inc()
 
     async def flush(self) -> None:
-        """Wait for every delivery; raise if one failed: the refusal's one line
+        """Wait for every delivery of what was sent since the last cut (:meth:`wait`)."""
+        await self.wait(self.cut())
+
+    async def wait(self, ticket: Ticket) -> None:
+        """Wait for every delivery of ``ticket``; raise if one failed: the refusal's one line
         (:meth:`refused`) when the cluster refused it, else a RuntimeError listing the errors."""
         loop = asyncio.get_running_loop()
+        self._first_topic = ticket.first_topic or self._first_topic
         try:
             if self.fatal is not None:
                 raise self.fatal
-            remaining = await loop.run_in_executor(None, self._flush, FLUSH_ROUND_S)
-            if remaining and not self.errors and self.watch.failure is None:
-                remaining = await self._wait_out(loop, remaining)
+            remaining = ticket.remaining
+            if remaining:
+                remaining = await loop.run_in_executor(None, self._drain, ticket, FLUSH_ROUND_S)
+            if remaining and not ticket.errors() and self.watch.failure is None:
+                remaining = await self._wait_out(loop, ticket, remaining)
         except Exception as exc:  # a producer's fatal error (e.g. no IDEMPOTENT_WRITE) is raised here,
             # sometimes as a bare SystemError: the error callback has it then
             refused = self.kafka.refusal(exc, operation="WRITE", resource=self._first_topic or "") or self._watched()
@@ -118,15 +165,14 @@ class Outbox:
             if refused is None:
                 raise
             raise refused from exc
-        if remaining or self.errors:
-            errors, self.errors = self.errors, []
+        errors = ticket.errors()
+        if remaining or errors:
             refused = self.refused(errors)
             if refused is not None:
                 raise refused
             raise RuntimeError(f"delivery failed ({remaining} undelivered): {[str(e) for e, _ in errors[:3]]}")
-        self._first_topic = None
 
-    async def _wait_out(self, loop: asyncio.AbstractEventLoop, remaining: int) -> int:
+    async def _wait_out(self, loop: asyncio.AbstractEventLoop, ticket: Ticket, remaining: int) -> int:
         """Deliveries still pending after a round, none failed: a broker or the network is
         stalled (a paused broker, dropped packets), which is retriable — wait on, in rounds,
         saying so once and once when it is over, until every record is acknowledged or one
@@ -135,20 +181,28 @@ class Outbox:
         log.warning("outbox: %d record(s) not acknowledged by the broker after %.0f s; waiting (a broker or the "
                     "network is stalled; the batch is acknowledged only once they are)", remaining, FLUSH_ROUND_S)
         metrics.OUTBOX_STALLS.inc()
-        while remaining and not self.errors and self.watch.failure is None and self.fatal is None:
-            remaining = await loop.run_in_executor(None, self._flush, FLUSH_ROUND_S)
+        while remaining and not ticket.errors() and self.watch.failure is None and self.fatal is None:
+            remaining = await loop.run_in_executor(None, self._drain, ticket, FLUSH_ROUND_S)
         if not remaining:
             log.warning("outbox: every record acknowledged again after %.1f s more", time.monotonic() - t0)
         return remaining
 
-    def _flush(self, timeout: float) -> int:
-        """``producer.flush(timeout)``, cut short by a refused login or TLS handshake (which
-        librdkafka retries forever, so the flush would only time out)."""
+    def _drain(self, ticket: Ticket, timeout: float) -> int:
+        """Serve delivery reports (``producer.flush``, which sends what lingers at once) until
+        ``ticket``'s records are all reported, ``timeout`` passed, or a refused login or TLS
+        handshake (which librdkafka retries forever) came; the records still unreported. Short
+        flushes while later records are on their way: a flush returns early only when every
+        record is delivered."""
         deadline = time.monotonic() + timeout
         while True:
-            remaining = self.producer.flush(min(0.5, max(0.0, deadline - time.monotonic())))
-            if not remaining or self.watch.failure is not None or time.monotonic() >= deadline:
+            remaining = ticket.remaining
+            if not remaining or self.watch.failure is not None:
                 return remaining
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return remaining
+            newest = ticket is self._last  # no later record: the flush returns once this ticket's are in
+            self.producer.flush(min(0.5 if newest else WAIT_SLICE_S, left))
 
     def refused(self, errors: list[tuple[KafkaError, str]]) -> Exception | None:
         """The one-line refusal among ``errors`` or of the error callback (None: no refusal)."""

@@ -5,9 +5,12 @@ Both process their records the same way (:meth:`Stage.process`): under the stage
 offset order per partition, only the next record of a partition the worker owns
 (:class:`~streams.worker.positions.InputPartitions`); what Faust did not deliver before such a
 record is read from the topic directly and processed first. Then everything the records caused
-is flushed, and only then do the positions move on (they are committed later, by
-:mod:`streams.worker.assignment`). :class:`StallWatch` hands a stage the records Faust read but
-never delivered at the tail of a partition.
+is sent, and the call waits for the deliveries of the call before it: a batch's records are on
+their way while the next batch is processed (issue 27). The positions the records moved count as
+processed only once their deliveries are in (:meth:`Stage.settle`): everything that commits
+positions settles first (:mod:`streams.worker.assignment`), and a feed that finds nothing more
+settles at once. :class:`StallWatch` hands a stage the records Faust read but never delivered at
+the tail of a partition.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from streams.worker import metrics
 from streams.worker.clock import now_ms
 from streams.worker.errors import WorkerError
 from streams.worker.jobmap import RECHECK_S, JobCohortMap, entry_headers, read_map_entries
-from streams.worker.outbox import Outbox
+from streams.worker.outbox import Outbox, Ticket
 from streams.worker.positions import InputPartitions, Arrival
 from streams.worker.router import RawRecord, Routed, Router, dead_letter
 from streams.worker.settings import WorkerSettings
@@ -116,24 +119,42 @@ class Stage:
         self.codec = codec
         self.outbox = outbox
         self.lock = lock
+        #: what the last call sent, not yet known delivered, and what is done once it is
+        self.pending: tuple[Ticket, Callable[[Ticket], None]] | None = None
 
     @property
     def topic(self) -> str:
         return self.input.topic
 
     async def process(self, records: list[RawRecord]) -> None:
-        """Process ``records`` of the input in order and flush what they caused; what Faust
-        skipped before one of them is read from the topic and processed first."""
+        """Process ``records`` of the input in order and send what they caused; what Faust
+        skipped before one of them is read from the topic and processed first. Returns once
+        the previous call's records are delivered (:meth:`settle`); this call's are pending."""
         async with self.lock:
             t0 = time.perf_counter()
             batch = self.begin()
             await self._in_order(records, batch)
             t1 = time.perf_counter()
-            await self.finish(batch)
+            done = self.finish(batch)
+            ticket = self.outbox.cut()
+            await self.settle()
+            self.pending = (ticket, done)
             t2 = time.perf_counter()
         metrics.STAGE_BATCH.labels(self.name).observe(len(records))
         metrics.STAGE_SECONDS.labels(self.name, "work").observe(t1 - t0)
         metrics.STAGE_SECONDS.labels(self.name, "flush").observe(t2 - t1)
+
+    async def settle(self) -> None:
+        """Wait for the deliveries of the last call's records (under the stage's lock): until
+        they are in, the positions that call moved are not processed (a failed delivery raises,
+        and the worker ends before they are committed)."""
+        pending = self.pending
+        if pending is None:
+            return
+        ticket, done = pending
+        await self.outbox.wait(ticket)
+        self.pending = None
+        done(ticket)
 
     async def _in_order(self, records: list[RawRecord], batch: Any) -> None:
         loop = asyncio.get_running_loop()
@@ -191,8 +212,8 @@ class Stage:
         """Process the next record of an owned partition into ``batch``."""
         raise NotImplementedError
 
-    async def finish(self, batch: Any) -> None:
-        """Publish and flush what ``batch`` collected."""
+    def finish(self, batch: Any) -> Callable[[Ticket], None]:
+        """Send what ``batch`` collected; returns what to do once it is delivered."""
         raise NotImplementedError
 
 
@@ -251,7 +272,7 @@ class RouteStage(Stage):
         # only what the map lacks is kept: a partition's whole map is not held twice
         self.map_reads[partition] = (time.monotonic(), {j: e for j, e in entries.items() if j not in known})
 
-    async def finish(self, batch: tuple[Routed, int]) -> None:
+    def finish(self, batch: tuple[Routed, int]) -> Callable[[Ticket], None]:
         routed, _now = batch
         topics, outbox = self.settings.topics, self.outbox
         self.jobmap.partition = self.jobmap.offset = None
@@ -261,8 +282,8 @@ class RouteStage(Stage):
             outbox.send(topics.by_cohort, cohort.encode(), value)
         for dead in routed.dead:
             outbox.dead_letter(dead)
-        await outbox.flush()
-        metrics.ROUTED.inc(routed.events)
+        events = routed.events
+        return lambda _ticket: metrics.ROUTED.inc(events)
 
 
 class FoldStage(Stage):
@@ -313,14 +334,14 @@ class FoldStage(Stage):
             rec = RawRecord(rec.topic, rec.partition, rec.offset, None, rec.value)
         self.outbox.dead_letter(dead_letter(rec, kind, reason, now_ms()), original if original is not None else ())
 
-    async def finish(self, out: list[Emission]) -> None:
+    def finish(self, out: list[Emission]) -> Callable[[Ticket], None]:
         referee = self.referee
         if any(em.topic == "manifests" for em in out):
             out.extend(referee.commitments(now_ms()))
         for em in out:
             self.outbox.emit(em)
-        await self.outbox.flush()
-        metrics.observe_published(out)  # traintrace_divergence_to_command_seconds
+        # traintrace_divergence_to_command_seconds, at the last delivery report
+        return lambda ticket: metrics.observe_published(out, ticket.acked_at)
         # (the gauges of the referee's state walk every cohort in memory: housekeeping sets
         # them once a second, not every batch, or a batch would cost more the more cohorts)
 

@@ -81,6 +81,8 @@ class FakeStage:
     def __init__(self) -> None:
         self.input = InputPartitions("t.events")
         self.batches: list[list[tuple[int, int]]] = []
+        self.pending = None  # (its batches are delivered at once: nothing to settle)
+        self.lock = asyncio.Lock()
 
     @property
     def topic(self) -> str:

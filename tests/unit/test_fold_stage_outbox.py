@@ -1,7 +1,8 @@
 """What the fold stage gives its outbox for one call of ``Stage.process``: every emission of the
 batch in the order the one-at-a-time oracle of ``test_fold_batch.py`` publishes them, then the
-dirty cohorts' commitments (when the batch has a manifest), then one flush; the dead letters of
-what could not be folded; the position moved past every record. (Issue 27 tried producing each
+dirty cohorts' commitments (when the batch has a manifest), then one cut (what the call sent is
+one ticket, waited for by the next call or a settle); the dead letters of what could not be
+folded; the position moved past every record. (Issue 27 tried producing each
 record's emissions as soon as it was folded, so that the flush waited for the last ones only:
 the wait went, but the rate did not move, and an all-stage worker lost 5–10 % to librdkafka's many
 small requests: docs/benchmarks.md, eighteenth round.)"""
@@ -15,6 +16,7 @@ import pytest
 
 from streams.referee.referee import Referee
 from streams.testing.cohort import generate_cohorts
+from streams.worker.outbox import Ticket
 from streams.worker.stages import FoldStage, RawRecord
 
 from tests.unit.test_fold_batch import CODEC, T0, batched, damaged_log
@@ -32,8 +34,13 @@ class RecordingOutbox:
     def dead_letter(self, record, original_headers=None) -> None:
         self.calls.append(("dead", record["error_kind"]))
 
-    async def flush(self) -> None:
-        self.calls.append(("flush",))
+    def cut(self) -> Ticket:
+        self.calls.append(("cut",))
+        self.ticket = Ticket()
+        return self.ticket
+
+    async def wait(self, ticket) -> None:
+        self.calls.append(("wait", ticket))
 
 
 def stage() -> tuple[FoldStage, RecordingOutbox]:
@@ -63,7 +70,7 @@ def records(values: list[bytes]) -> list[RawRecord]:
 
 
 @pytest.mark.parametrize("log", [damaged_log, diverging_log])
-def test_one_flush_after_the_same_records_in_the_same_order(log):
+def test_one_cut_after_the_same_records_in_the_same_order(log):
     values = log()
     fold, outbox = stage()
     asyncio.run(fold.process(records(values)))
@@ -74,6 +81,9 @@ def test_one_flush_after_the_same_records_in_the_same_order(log):
         assert commitments  # a batch with a manifest publishes the dirty cohorts' commitments
     assert emits[:len(published)] == published
     assert emits[len(published):] == commitments  # after every emission of the batch
-    assert outbox.calls[-1] == ("flush",) and outbox.calls.count(("flush",)) == 1
+    assert outbox.calls[-1] == ("cut",) and outbox.calls.count(("cut",)) == 1
+    assert fold.pending is not None and ("wait", outbox.ticket) not in outbox.calls  # waited for later
+    asyncio.run(fold.settle())
+    assert outbox.calls[-1] == ("wait", outbox.ticket) and fold.pending is None
     assert sum(1 for c in outbox.calls if c[0] == "dead") == len(rejects)
     assert fold.input.position[0] == len(values)  # (moved in memory; committed once flushed)

@@ -35,9 +35,8 @@ class SlowProducer:
         if time.monotonic() < self.until:
             time.sleep(min(t, 0.005))
             return len(self.pending)
-        if self.fail:
-            for _topic, cb in self.pending:
-                cb(KafkaError(KafkaError._MSG_TIMED_OUT, "Local: Message timed out"), None)
+        for _topic, cb in self.pending:  # a delivery report for every record, as librdkafka gives
+            cb(KafkaError(KafkaError._MSG_TIMED_OUT, "Local: Message timed out") if self.fail else None, None)
         self.pending = []
         return 0
 

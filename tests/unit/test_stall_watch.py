@@ -80,11 +80,21 @@ def test_nothing_waiting_is_no_stall(monkeypatch):
     assert stage.processed == []
 
 
+class NullOutbox:
+    """Sends nothing: a ticket of nothing, delivered at once."""
+
+    def cut(self) -> None:
+        return None
+
+    async def wait(self, _ticket) -> None:
+        return None
+
+
 class Taking(stages.Stage):
     """A stage that only records what it takes."""
 
     def __init__(self) -> None:
-        super().__init__(SimpleNamespace(), "lineage.by-cohort", None, None, asyncio.Lock())
+        super().__init__(SimpleNamespace(), "lineage.by-cohort", None, NullOutbox(), asyncio.Lock())
         self.taken: list[int] = []
 
     def begin(self):
@@ -93,8 +103,8 @@ class Taking(stages.Stage):
     def take(self, batch, rec) -> None:
         self.taken.append(rec.offset)
 
-    async def finish(self, batch) -> None:
-        pass
+    def finish(self, batch):
+        return lambda _ticket: None
 
 
 def rec(offset: int) -> stages.RawRecord:
