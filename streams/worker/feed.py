@@ -100,10 +100,10 @@ class DirectFeed:
         self.consumer.assign([TopicPartition(inp.topic, p, o) for p, o in sorted(want.items())])
         self.at = dict(want)
 
-    def _consume(self) -> list[RawRecord]:
+    def _consume(self, wait: float = FEED_IDLE_S) -> list[RawRecord]:
         """One batch of records (runs in the feed's thread): the first as soon as it comes
-        (within :data:`FEED_IDLE_S`), then what is fetched already, up to the batch."""
-        first = self.consumer.poll(FEED_IDLE_S)
+        (within ``wait`` seconds), then what is fetched already, up to the batch."""
+        first = self.consumer.poll(wait)
         if first is None:
             return []
         msgs = [first]
@@ -136,7 +136,10 @@ class DirectFeed:
                 continue
             self._busy = True
             try:
-                records = await loop.run_in_executor(self._thread, self._consume)
+                # the last batch not yet delivered: take only what is fetched already, and if nothing
+                # is, settle it now (its records are sent at once, not after librdkafka's linger)
+                wait = 0.0 if self.stage.pending is not None else FEED_IDLE_S
+                records = await loop.run_in_executor(self._thread, self._consume, wait)
             except KafkaException as exc:  # retried: the next round consumes again
                 self._error(exc)
                 await asyncio.sleep(0.5)
@@ -147,7 +150,8 @@ class DirectFeed:
                 self._close_now()
                 return
             if not records:  # nothing more for now: the last batch's deliveries are waited for now,
-                # not when the next batch comes (it counts as processed, and is committed, only then)
+                # not when the next batch comes (it counts as processed, and is committed, only then;
+                # and the wait sends what lingers)
                 if self.stage.pending is not None:
                     async with self.stage.lock:
                         await self.stage.settle()

@@ -15,6 +15,7 @@ from streams.codec import Codec
 from streams.kafka.settings import KafkaSettings
 from streams.worker import assignment as assignment_mod, outbox as outbox_mod, stages
 from streams.worker.assignment import Assignment
+from streams.worker.feed import FEED_IDLE_S
 from streams.worker.outbox import Outbox, Ticket
 from streams.worker.settings import WorkerSettings
 
@@ -207,3 +208,7 @@ def test_a_feed_that_finds_nothing_more_settles_the_last_batch(box, monkeypatch)
 
     asyncio.run(run())
     assert st.pending is None and st.input.position[0] == 2
+    # with a batch pending, the feed took only what was fetched already (no wait for more), and
+    # found nothing: the settle came at once, not after an idle wait or librdkafka's linger
+    polls = [c for c in consumer.calls if c[0] == "poll"]
+    assert polls[0] == ("poll", FEED_IDLE_S) and polls[1] == ("poll", 0.0)
