@@ -1,10 +1,21 @@
 """A real worker's memory over a long run (issues 10, 27): RSS after 100k and after 1M folded events.
 
 Generated cohort events (the kill -9 test's mix: exploits, merges, divergences, rollbacks) are
-put on a fresh ``lineage.events``; one ``traintrace worker`` process folds them; its RSS
-(``/proc/<pid>/status``, the whole process tree's main process) is read when its
-``traintrace_events_folded_total`` passes each mark. Printed: RSS at each mark and the growth
-per event between them. (``bench/bench_memory.py`` breaks the same growth down in-process.)
+put on a fresh ``lineage.events``: the first ``--first``, then (once the worker has folded them
+and settled) the rest. One ``traintrace worker`` process folds them; its RSS
+(``/proc/<pid>/status``, the whole process tree's main process) is read twice at each mark:
+
+- **in flight**: when its ``traintrace_events_folded_total`` passes the mark, in the middle of a
+  catch-up (what librdkafka has prefetched, the batches on their way, a snapshot round being
+  encoded: tens of MiB that come and go with the moment of the read);
+- **settled**: ``--settle`` seconds after it folded everything produced so far: what it keeps.
+  The default, 60 s, is past the worker's memory trim (streams.worker.gctune) and long enough
+  for the cohorts that went quiet to leave memory (``--evict-idle-after``, 30 s, counted from
+  the first look that finds a cohort quiet, at most every ``--snapshot-interval``).
+
+Printed: both at each mark, and the growth per folded event between the marks, settled (the
+issue 27 goal: what memory grows with history) and in flight. (``bench/bench_memory.py`` breaks
+the same growth down in-process.)
 
 The generated cohorts train one after another, and a fifth of their jobs never finish: no cohort
 settles. The default worker's memory follows the cohorts that train (a cohort quiet for a
@@ -12,7 +23,7 @@ snapshot round leaves memory, its rows kept on disk for the HTTP views: streams.
 ``--worker-args '--keep-idle --keep-settled'`` measures one that keeps every cohort.
 
 Usage: python bench/bench_worker_memory.py [--events 1000000] [--first 100000] [--bootstrap HOST:PORT]
-                                           [--worker-args '--keep-idle --keep-settled']
+                                           [--settle 60] [--worker-args '--keep-idle --keep-settled']
 """
 
 from __future__ import annotations
@@ -41,6 +52,16 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
+def gauges(w: WorkerProcess) -> dict[str, float]:
+    """The worker's cohorts in memory and resting (on disk), from ``/metrics``."""
+    out = {}
+    for line in w.get("/metrics").splitlines():
+        name = line.split(" ", 1)[0]
+        if name in ("traintrace_cohorts", "traintrace_cohorts_resting"):
+            out[name.removeprefix("traintrace_")] = float(line.split()[-1])
+    return out
+
+
 def folded(w: WorkerProcess) -> float:
     return sum(float(l.split()[-1]) for l in w.get("/metrics").splitlines()
                if l.startswith("traintrace_events_folded_total"))
@@ -53,6 +74,9 @@ def main() -> int:
     ap.add_argument("--first", type=int, default=100_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--worker-args", default="", help="more arguments of the worker (one string)")
+    ap.add_argument("--settle", type=float, default=60.0,
+                    help="seconds after the worker folded everything produced before its settled RSS is read "
+                         "(past the memory trim's interval and the eviction of the cohorts gone quiet)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--keep-topics", action="store_true",
                     help="keep each run's topics and consumer groups on the broker (deleted by default)")
@@ -71,34 +95,56 @@ def main() -> int:
         steps = max(50, int(args.events / 2000 / 0.125))  # ~0.13 events per job-step in this mix
         events = generate_cohorts(jobs=2000, cohort_size=20, steps=steps, seed=21, divergence_rate=0.1,
                                   exploit_every=40, exploit_prob=0.6, alias_prob=0.05)
-        n = produce_events(bootstrap, topics.events, (d for i, d in zip(range(args.events), events)))
+        first = produce_events(bootstrap, topics.events, (d for _i, d in zip(range(args.first), events)))
         with tempfile.TemporaryDirectory() as tmp:
             w = WorkerProcess(bootstrap, prefix, f"tt-{prefix.rstrip('.')}", Path(tmp) / "w", args.partitions,
                               extra_args=["--loglevel", "warn", *shlex.split(args.worker_args)]).start()
             try:
                 w.wait_ready()
-                marks = {}
+                in_flight, settled, cohorts = {}, {}, {}
                 t0 = time.monotonic()
-                for mark in (args.first, n):
+                n = first
+                for phase in (1, 2):
+                    if phase == 2:  # the rest, while the worker runs: a backlog again
+                        n += produce_events(bootstrap, topics.events,
+                                            (d for _i, d in zip(range(args.events - first), events)))
+                    mark = args.first if phase == 1 else n
                     while folded(w) < mark:
                         if time.monotonic() - t0 > 900:
                             raise SystemExit(f"the worker folded only {folded(w):.0f} of {n} events")
                         time.sleep(0.2)
-                    marks[mark] = rss_kib(w.proc.pid)
+                    in_flight[mark] = rss_kib(w.proc.pid)
+                    while folded(w) < n:
+                        time.sleep(0.2)
+                    time.sleep(args.settle)
+                    settled[mark] = rss_kib(w.proc.pid)
+                    cohorts[mark] = gauges(w)
             finally:
                 w.kill()
         forget_run(bootstrap, prefix, w.app_id, keep=args.keep_topics)
         lo, hi = args.first, n
-        out = {"events": n, "worker_args": args.worker_args, "rss_kib": marks,
-               "growth_bytes_per_event": round((marks[hi] - marks[lo]) * 1024 / (hi - lo), 1)}
+
+        def growth(marks: dict) -> float:
+            return round((marks[hi] - marks[lo]) * 1024 / (hi - lo), 1)
+
+        out = {"events": n, "worker_args": args.worker_args, "settle_s": args.settle,
+               "rss_kib": settled, "rss_kib_in_flight": in_flight, "cohorts": cohorts,
+               "growth_bytes_per_event": growth(settled), "growth_bytes_per_event_in_flight": growth(in_flight)}
     finally:
         if broker is not None:
             broker.stop()
     if args.json:
         print(json.dumps(out, indent=1))
     else:
-        print(f"worker RSS after {lo:,} events: {marks[lo] / 1024:.1f} MiB; after {hi:,}: {marks[hi] / 1024:.1f} MiB; "
-              f"growth {out['growth_bytes_per_event']} bytes per folded event (worker args: {args.worker_args or 'none'})")
+        settled, in_flight, cohorts = out["rss_kib"], out["rss_kib_in_flight"], out["cohorts"]
+        print(f"worker RSS settled ({args.settle:g} s after folding everything) after {lo:,} events: "
+              f"{settled[lo] / 1024:.1f} MiB; after {hi:,}: {settled[hi] / 1024:.1f} MiB; "
+              f"growth {out['growth_bytes_per_event']} bytes per folded event (goal <= 16)")
+        print(f"  in flight (read as the count passed each mark): {in_flight[lo] / 1024:.1f} MiB, "
+              f"{in_flight[hi] / 1024:.1f} MiB; growth {out['growth_bytes_per_event_in_flight']} bytes per event")
+        print(f"  cohorts in memory / resting on disk, settled: {cohorts[lo].get('cohorts', 0):.0f} / "
+              f"{cohorts[lo].get('cohorts_resting', 0):.0f} after {lo:,}; {cohorts[hi].get('cohorts', 0):.0f} / "
+              f"{cohorts[hi].get('cohorts_resting', 0):.0f} after {hi:,} (worker args: {args.worker_args or 'none'})")
     return 0
 
 

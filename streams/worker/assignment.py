@@ -96,7 +96,13 @@ class Assignment:
         inp, folded, rounds = self.fold.input, self.fold.folded, []
         for p in sorted(inp.owned):
             at = inp.committed.get(p)
-            if at is None or at != inp.position.get(p) or not self.snapshots.due(p, folded.get(p, 0)):
+            if at is None or at != inp.position.get(p):
+                continue
+            if not self.snapshots.due(p, folded.get(p, 0)):  # no round now: its idle cohorts may rest
+                try:
+                    self.snapshots.rest_idle(p)
+                except Exception:  # an optimisation: never stop the fold for it
+                    log.exception("resting the idle cohorts of %s[%d] failed: the next pass retries", self.fold.topic, p)
                 continue
             try:
                 rounds.append(await loop.run_in_executor(None, self.snapshots.begin_round, p, at))

@@ -13,8 +13,9 @@ Flow (docs/pipeline.md has the diagram)::
 - Both agents use ``take_events`` batches; outputs go through an idempotent confluent-kafka
   producer of each stage (``murmur2_random``, :mod:`streams.worker.outbox`) and are delivered
   before the positions count as processed, so offsets are committed only after everything the
-  batch caused is on the broker (at-least-once; the next batch is processed meanwhile). The worker commits its positions itself
-  (:mod:`streams.worker.positions`, :mod:`streams.worker.assignment`).
+  batch caused is on the broker (at-least-once; the next batch is processed meanwhile). The
+  worker commits its positions itself (:mod:`streams.worker.positions`,
+  :mod:`streams.worker.assignment`).
 - The router's job → cohort map is kept in ``lineage.job-cohorts`` (:mod:`streams.worker.jobmap`),
   keyed and partitioned like ``lineage.events``.
 - The referee's state is event-sourced from ``lineage.by-cohort`` (kept forever): when a worker

@@ -93,7 +93,9 @@ STAGE_BATCH = Histogram(
     "traintrace_stage_batch_records", "Input records one call of a stage processed (route: events; fold: EventBatches)",
     ["stage"], buckets=(1, 4, 16, 64, 256, 1000, 2000, 4000, 8000), registry=REGISTRY)
 STAGE_SECONDS = Histogram(
-    "traintrace_stage_seconds", "One call of a stage: its records processed (work), then its outputs flushed (flush)",
+    "traintrace_stage_seconds",
+    "One call of a stage: its records processed (work), then its outputs sent and the previous call's "
+    "acknowledged (flush)",
     ["stage", "part"], buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0),
     registry=REGISTRY)
 INCIDENTS = Gauge("traintrace_incidents_open", "Root incidents known to this worker", registry=REGISTRY)

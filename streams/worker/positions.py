@@ -55,7 +55,7 @@ class InputPartitions:
         return Arrival.SEEN if offset < pos else Arrival.GAP
 
     def advance(self, partition: int, offset: int) -> None:
-        """Record ``offset`` processed (its outputs flushed)."""
+        """Record ``offset`` processed (its outputs sent; committed once they are delivered)."""
         if offset + 1 > self.position.get(partition, -1):
             self.position[partition] = offset + 1
 

@@ -114,6 +114,8 @@ class SnapshotStore:
         self.resting = RestingViews(str(settings.store), settings.data_dir)
         self.resting.out_of_memory = self.out_of_memory
         self.last_round: dict[int, float] = {}  # partition -> monotonic time of its last round
+        #: partition -> monotonic time :meth:`rest_idle` last looked at it
+        self._idle_looked: dict[int, float] = {}
         #: cohort -> monotonic time a round first saw it without input since its snapshot
         self.quiet_since: dict[str, float] = {}
         self._producer = None
@@ -179,6 +181,31 @@ class SnapshotStore:
         metrics.SNAPSHOT_ENCODE_SECONDS.observe(rnd.encode_s)
         self.last_round[partition] = time.monotonic()
         return rnd
+
+    def rest_idle(self, partition: int) -> int:
+        """A partition with no round due (no input since its last round, or too little to be
+        worth one: :func:`round_is_due`) may have none to come for a long time, so its idle
+        cohorts are looked at here (at most every ``--snapshot-interval``): each with no input
+        since its snapshot, seen so for ``--evict-idle-after`` seconds and quiescent, leaves
+        memory now, as in a round (its snapshot is on the broker already, so no round is
+        written). Without this a partition that went quiet kept every cohort it had folded
+        until its next round. Call under the fold's lock, while the partition is owned. Returns
+        how many left memory."""
+        if not self.enabled or not self.settings.evict_idle:
+            return 0
+        now = time.monotonic()
+        if now - max(self._idle_looked.get(partition, 0.0), self.last_round.get(partition, 0.0)) \
+                < self.settings.snapshot_interval_s:
+            return 0
+        self._idle_looked[partition] = now
+        referee, idle = self.referee, []
+        for cohort in sorted(c for c, p in referee.partition_of.items() if p == partition and c in referee.engines):
+            pos = referee.position.get(cohort)
+            last = self.latest.get(cohort)
+            if last is not None and (pos is None or pos[1] < last.covers) \
+                    and now - self.quiet_since.setdefault(cohort, now) >= self.settings.evict_idle_after_s:
+                idle.append(cohort)
+        return self._evict(idle, partition, settled_only=False) if idle else 0
 
     def finish_round(self, rnd: "Round") -> None:
         """Wait for the round's snapshots (``acks=all``), then write and wait for its

@@ -296,3 +296,39 @@ def test_a_settled_snapshot_is_checked_before_it_is_left_out_of_memory(monkeypat
     assert scan([good, rnd, dict(bad, covers=6)]) == (0, {})  # refused: re-fold from the start
     assert "settled" not in store.out_of_memory and "settled" not in store.referee.engines
     assert store.resting_rows("settled") is None
+
+
+def test_a_partition_gone_quiet_lets_its_idle_cohorts_leave_memory_without_a_round(monkeypatch):
+    """No input since the partition's last round: no round is due until its next input, so its
+    idle cohorts are rested by ``rest_idle`` (at most every ``--snapshot-interval``), once seen
+    quiet for ``--evict-idle-after`` seconds; nothing is written (their snapshots hold them)."""
+    import time as _time
+
+    store, referee = _quiet_store(evict_idle=True)
+    store.settings = WorkerSettings("127.0.0.1:1", evict_settled=True, evict_idle=True, evict_idle_after_s=30,
+                                    snapshot_interval_s=10)
+    clock = [1_000.0]
+    monkeypatch.setattr(_time, "monotonic", lambda: clock[0])
+    store.last_round[0] = clock[0]
+    assert store.rest_idle(0) == 0  # within the interval of the last round: not looked at
+    clock[0] += 10
+    assert store.rest_idle(0) == 0 and set(store.quiet_since) == {"settled", "training"}  # first seen quiet
+    clock[0] += 5
+    assert store.rest_idle(0) == 0  # looked at 5 s ago
+    clock[0] += 25
+    assert store.rest_idle(1) == 0  # another partition: none of its cohorts
+    assert store.rest_idle(0) == 2  # quiet 30 s
+    assert referee.engines == {} and store.out_of_memory == {"settled": 0, "training": 0}
+    assert store._producer is None  # no round written
+
+
+def test_rest_idle_leaves_a_cohort_with_input_since_its_snapshot(monkeypatch):
+    store, referee = _quiet_store(evict_idle=True)
+    store.latest["training"] = Latest(covers=0, offset=0, settled=False, events=100)  # input since
+    store.settings = WorkerSettings("127.0.0.1:1", evict_settled=True, evict_idle=True, evict_idle_after_s=0,
+                                    snapshot_interval_s=0)
+    assert store.rest_idle(0) == 1 and set(referee.engines) == {"training"}
+    off = WorkerSettings("127.0.0.1:1", evict_idle=False, evict_idle_after_s=0, snapshot_interval_s=0)
+    store.settings = off
+    store.latest["training"] = Latest(covers=10_000, offset=0, settled=False, events=100)
+    assert store.rest_idle(0) == 0 and set(referee.engines) == {"training"}  # without --evict-idle
