@@ -137,6 +137,22 @@ class SnapshotStore:
             return False
         return round_is_due(folded, *self._rewritten(partition, self.settings.evict_settled))
 
+    def _in_memory(self, partition: int) -> list[str]:
+        """The cohorts of ``partition`` in memory, in order."""
+        referee = self.referee
+        return sorted(c for c, p in referee.partition_of.items() if p == partition and c in referee.engines)
+
+    def _unchanged(self, cohort: str) -> bool:
+        """Whether ``cohort`` had no input since its latest snapshot (which then holds it)."""
+        last = self.latest.get(cohort)
+        pos = self.referee.position.get(cohort)
+        return last is not None and (pos is None or pos[1] < last.covers)
+
+    def _quiet_long_enough(self, cohort: str, now: float) -> bool:
+        """Whether ``cohort``, unchanged since its snapshot, has been seen so for
+        ``--evict-idle-after`` seconds (the first look starts the count)."""
+        return now - self.quiet_since.setdefault(cohort, now) >= self.settings.evict_idle_after_s
+
     def _rewritten(self, partition: int, evicting: bool) -> tuple[int, int]:
         """(events the changed cohorts of ``partition`` that stay in memory held at their last
         snapshot, events the changed cohorts that would leave it hold now): settled cohorts leave
@@ -145,10 +161,9 @@ class SnapshotStore:
         for cohort, p in referee.partition_of.items():
             if p != partition:
                 continue
-            last = self.latest.get(cohort)
-            pos = referee.position.get(cohort)
-            if last is not None and (pos is None or pos[1] < last.covers):
+            if self._unchanged(cohort):
                 continue  # no input since its last snapshot: not written
+            last = self.latest.get(cohort)
             lin = referee.engines.get(cohort)
             if evicting and lin is not None and self.may_rest(cohort, lin):
                 freed += lin.state.events_folded
@@ -164,19 +179,16 @@ class SnapshotStore:
         referee = self.referee
         rnd = Round(partition, covers, t0)
         now = time.monotonic()
-        for cohort in sorted(c for c, p in referee.partition_of.items() if p == partition and c in referee.engines):
-            pos = referee.position.get(cohort)
-            last = self.latest.get(cohort)
-            if last is not None and (pos is None or pos[1] < last.covers):
+        for cohort in self._in_memory(partition):
+            if self._unchanged(cohort):
                 # no input since its last snapshot: with --evict-idle it may leave memory, once it
                 # has been seen so for --evict-idle-after seconds
-                quiet = now - self.quiet_since.setdefault(cohort, now)
-                if self.settings.evict_idle and quiet >= self.settings.evict_idle_after_s \
+                if self._quiet_long_enough(cohort, now) and self.settings.evict_idle \
                         and self.may_rest(cohort, referee.engines[cohort], settled_only=False):
                     rnd.idle.append(cohort)
                 continue
             self.quiet_since.pop(cohort, None)
-            rnd.written[cohort] = self._send_cohort(cohort, partition, covers, pos, rnd)
+            rnd.written[cohort] = self._send_cohort(cohort, partition, covers, referee.position.get(cohort), rnd)
         rnd.encode_s = time.perf_counter() - t0
         metrics.SNAPSHOT_ENCODE_SECONDS.observe(rnd.encode_s)
         self.last_round[partition] = time.monotonic()
@@ -198,13 +210,7 @@ class SnapshotStore:
                 < self.settings.snapshot_interval_s:
             return 0
         self._idle_looked[partition] = now
-        referee, idle = self.referee, []
-        for cohort in sorted(c for c, p in referee.partition_of.items() if p == partition and c in referee.engines):
-            pos = referee.position.get(cohort)
-            last = self.latest.get(cohort)
-            if last is not None and (pos is None or pos[1] < last.covers) \
-                    and now - self.quiet_since.setdefault(cohort, now) >= self.settings.evict_idle_after_s:
-                idle.append(cohort)
+        idle = [c for c in self._in_memory(partition) if self._unchanged(c) and self._quiet_long_enough(c, now)]
         return self._evict(idle, partition, settled_only=False) if idle else 0
 
     def finish_round(self, rnd: "Round") -> None:
@@ -287,7 +293,7 @@ class SnapshotStore:
             lin = referee.engines.get(cohort)
             if last is None or lin is None or not self.may_rest(cohort, lin, settled_only):
                 continue
-            if referee.position.get(cohort, (0, -1))[1] >= last.covers:
+            if not self._unchanged(cohort):
                 continue  # input since the snapshot: not what it holds any more
             self.resting.keep(cohort, lin)
             self.quiet_since.pop(cohort, None)
