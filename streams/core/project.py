@@ -359,28 +359,34 @@ def _contaminated(state: LineageState, root: SourceKey, members: Collection[Sour
         holder: _via(state, cast(Incarnation, state.incarnation(holder)), cs, member_set)
         for holder, cs in first.items()}
     paths: dict[tuple[str, int], list[str]] = {}
-
-    def path(h: tuple[str, int], depth: int = 0) -> list[str]:
-        if h in paths:
-            return paths[h]
-        via = via_of.get(h)
-        ck = state.checkpoints.get(via) if via else None
-        if ck is None or depth > 64:
-            p = [root[0], h[0]]
-        else:
-            writer = (ck.job_id, ck.incarnation)
-            if writer == root:  # written by the root (the root itself may be a holder too)
-                parent = [root[0]]
-            elif writer in via_of:
-                parent = path(writer, depth + 1)
-            else:
-                parent = [root[0], ck.job_id]
-            p = parent + [h[0]] if parent[-1] != h[0] else parent
-        paths[h] = p
-        return p
-
     return [{"job_id": holder[0], "incarnation": holder[1], "via_checkpoint_id": via_of[holder],
-             "path": path(holder)} for holder in sorted(first)]
+             "path": _path(state, root, via_of, paths, holder)} for holder in sorted(first)]
+
+
+def _path(state: LineageState, root: SourceKey, via_of: dict[tuple[str, int], str | None],
+          paths: dict[tuple[str, int], list[str]], h: tuple[str, int], depth: int = 0) -> list[str]:
+    """The jobs from ``root`` to the holder ``h`` (through the writers of the checkpoints each
+    came by: ``via_of``), memoised in ``paths``. A module function, not a closure of
+    :func:`_contaminated`: a recursive closure is a reference cycle (the function holds its
+    cell, the cell the function), which refcounting never frees, and every projection of an
+    incident left one, with its maps, for the worker's rare full collections (issue 27)."""
+    if h in paths:
+        return paths[h]
+    via = via_of.get(h)
+    ck = state.checkpoints.get(via) if via else None
+    if ck is None or depth > 64:
+        p = [root[0], h[0]]
+    else:
+        writer = (ck.job_id, ck.incarnation)
+        if writer == root:  # written by the root (the root itself may be a holder too)
+            parent = [root[0]]
+        elif writer in via_of:
+            parent = _path(state, root, via_of, paths, writer, depth + 1)
+        else:
+            parent = [root[0], ck.job_id]
+        p = parent + [h[0]] if parent[-1] != h[0] else parent
+    paths[h] = p
+    return p
 
 
 def unrecorded_sharing(state: LineageState) -> list[dict[str, Any]]:
