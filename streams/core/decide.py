@@ -201,6 +201,11 @@ class Lineage:
         self.state.expire_unresolved(now_ms, grace_ms)
         return self.decide()
 
+    def release(self) -> None:
+        """This engine is done with (its cohort left memory, its partition was revoked): let
+        refcounting free its state at once (:meth:`LineageState.release`). It cannot fold again."""
+        self.state.release()
+
     def book(self) -> RetentionBook:
         """The retention book (one is made for an engine restored from a snapshot of before
         schemas v9, which had none)."""

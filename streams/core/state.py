@@ -284,6 +284,22 @@ class LineageState:
         self.new_halts: list[tuple[str, str, str]] = []  # (job, reason, detail)
         self.new_aliases: list[Checkpoint] = []
 
+    def release(self) -> None:
+        """Drop the state's only reference cycles, each consumption's ``inc`` back to the
+        incarnation whose ``consumptions`` hold it, so that refcounting frees the whole state as
+        soon as it is dropped. Without this a state dropped by a worker (a cohort that leaves
+        memory, a revoked partition) waits for a full collection of the garbage collector, which
+        a worker runs rarely (streams.worker.gctune): the states of the cohorts it let go piled
+        up in its memory (issue 27). Call only on a state that is done with: it cannot fold
+        again."""
+        for job in self.jobs.values():
+            for inc in job.incarnations.values():
+                for c in inc.consumptions.values():
+                    c.inc = None
+        for waiting in self.unresolved.values():
+            for _inc, c, _seen in waiting:
+                c.inc = None
+
     # ------------------------------------------------------------------ lookups
 
     def incarnation(self, key: IncKey) -> Incarnation | None:

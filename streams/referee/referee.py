@@ -160,6 +160,7 @@ class Referee:
                     self.decided_retention.pop(j, None)
                 for x in lin.incidents:
                     self.decided_manifest.pop(x, None)
+                lin.release()  # freed now, not at the collector's next full collection
         for cid in [cid for cid, v in self.issued.items() if v[0] in gone_set and cid not in self.resting]:
             del self.issued[cid]
         if not idle:

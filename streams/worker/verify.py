@@ -40,7 +40,10 @@ def refold(settings: WorkerSettings, codec: Codec, partition: int, end: int) -> 
 
     scratch = Referee(settings.core)
     replay_partition(settings, codec, scratch, partition, 0, end)
-    return {c: heads_of(lin) for c, lin in scratch.engines.items()}
+    try:
+        return {c: heads_of(lin) for c, lin in scratch.engines.items()}
+    finally:
+        scratch.forget_cohorts(list(scratch.engines))  # freed now, not at a full collection
 
 
 def differences(got: Heads, want: Heads, only: set[str] | None = None) -> list[str]:

@@ -130,3 +130,41 @@ def test_the_fold_leaves_no_reference_cycles():
         kinds[type(o).__qualname__] = kinds.get(type(o).__qualname__, 0) + 1
     functions = sorted({o.__qualname__ for o in garbage if isinstance(o, types.FunctionType)})
     assert not garbage, f"reference cycles left by the fold: {kinds}; functions among them: {functions}"
+
+
+def _garbage_of(drop) -> list:
+    """What ``drop()`` leaves to the garbage collector (refcounting does not free it)."""
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        drop()
+        gc.collect()
+        return list(gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.collect()
+        if was_enabled:
+            gc.enable()
+
+
+def test_a_cohort_the_referee_forgets_is_freed_at_once():
+    """A cohort that leaves memory (idle, settled) or whose partition is revoked is freed by
+    refcounting when the referee forgets it, folded or restored from its snapshot: a worker
+    runs a full collection rarely (streams.worker.gctune), and the states it let go waited for
+    one, piling up in its memory (each consumption refers back to its incarnation)."""
+    from streams.referee import snapshots
+
+    for _n, referee, _leaves in _fold((6000,)):
+        cohorts = sorted(referee.engines)
+        assert sum(len(lin.state.consumers) for lin in referee.engines.values()) > 0
+        encoded = {c: snapshots.encode(referee, c) for c in cohorts}
+        partitions = {c: referee.partition_of.get(c, 0) for c in cohorts}
+        assert _garbage_of(lambda: referee.forget_cohorts(cohorts[: len(cohorts) // 2], idle=True)) == []
+        assert _garbage_of(lambda: referee.drop_partition(0)) == []
+        assert not referee.engines
+        for c in cohorts:
+            snapshots.restore(referee, c, partitions[c], encoded[c])
+        assert _garbage_of(lambda: referee.forget_cohorts(cohorts)) == []
