@@ -100,12 +100,12 @@ class Assignment:
                 continue
             if not self.snapshots.due(p, folded.get(p, 0)):  # no round now: its idle cohorts may rest
                 try:
-                    self.snapshots.rest_idle(p)
+                    self.snapshots.rest_idle(p, folded.get(p, 0))
                 except Exception:  # an optimisation: never stop the fold for it
                     log.exception("resting the idle cohorts of %s[%d] failed: the next pass retries", self.fold.topic, p)
                 continue
             try:
-                rounds.append(await loop.run_in_executor(None, self.snapshots.begin_round, p, at))
+                rounds.append(await loop.run_in_executor(None, self.snapshots.begin_round, p, at, folded.get(p, 0)))
             except Exception:  # a snapshot is an optimisation: never stop the fold for one
                 log.exception("snapshot round of %s[%d] failed: the next one retries", self.fold.topic, p)
             folded[p] = 0

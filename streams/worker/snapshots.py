@@ -68,6 +68,18 @@ def round_is_due(folded: int, rewritten: int, freed: int) -> bool:
     return folded >= REWRITE_FACTOR * rewritten or (freed > 0 and freed >= rewritten)
 
 
+def quiet_events(settings: WorkerSettings, held: int) -> int:
+    """The events its partition folds while a cohort holding ``held`` events has no input, after
+    which it may leave memory (with ``--evict-idle``) before ``--evict-idle-after`` seconds: twice
+    what it holds, and at least ``--snapshot-every``. Bringing it back at its next event decodes
+    its snapshot, which costs about a tenth of folding its events (:func:`round_is_due`), so this
+    is at most a twentieth of a fold's cost per event folded meanwhile. Without it a backlog
+    (events that come faster than that many seconds of them) kept in memory every cohort it
+    passed until it was caught up: the running worker's memory grew with the backlog, not with
+    the cohorts that train (issue 27)."""
+    return max(settings.snapshot_every, REWRITE_FACTOR * held)
+
+
 @dataclass
 class Latest:
     """What the worker knows of a cohort's latest snapshot."""
@@ -116,8 +128,11 @@ class SnapshotStore:
         self.last_round: dict[int, float] = {}  # partition -> monotonic time of its last round
         #: partition -> monotonic time :meth:`rest_idle` last looked at it
         self._idle_looked: dict[int, float] = {}
-        #: cohort -> monotonic time a round first saw it without input since its snapshot
-        self.quiet_since: dict[str, float] = {}
+        #: cohort -> (monotonic time, its partition's events folded) when a round first saw it
+        #: without input since its snapshot
+        self.quiet_since: dict[str, tuple[float, int]] = {}
+        #: partition -> events folded there by this worker, as of its last round
+        self.folded_total: dict[int, int] = {}
         self._producer = None
         self._reader: RecordReader | None = None  # single snapshot records (bring_back, the views)
         self._delivered: dict[str, int] = {}
@@ -148,10 +163,15 @@ class SnapshotStore:
         pos = self.referee.position.get(cohort)
         return last is not None and (pos is None or pos[1] < last.covers)
 
-    def _quiet_long_enough(self, cohort: str, now: float) -> bool:
+    def _quiet_long_enough(self, cohort: str, now: float, folded: int) -> bool:
         """Whether ``cohort``, unchanged since its snapshot, has been seen so for
-        ``--evict-idle-after`` seconds (the first look starts the count)."""
-        return now - self.quiet_since.setdefault(cohort, now) >= self.settings.evict_idle_after_s
+        ``--evict-idle-after`` seconds, or while its partition folded (``folded``: its count
+        now) :func:`quiet_events` (the first look starts both counts)."""
+        since, at = self.quiet_since.setdefault(cohort, (now, folded))
+        if now - since >= self.settings.evict_idle_after_s:
+            return True
+        lin = self.referee.engines.get(cohort)
+        return lin is not None and folded - at >= quiet_events(self.settings, lin.state.events_folded)
 
     def _rewritten(self, partition: int, evicting: bool) -> tuple[int, int]:
         """(events the changed cohorts of ``partition`` that stay in memory held at their last
@@ -171,19 +191,21 @@ class SnapshotStore:
                 n += last.events
         return n, freed
 
-    def begin_round(self, partition: int, covers: int) -> "Round":
+    def begin_round(self, partition: int, covers: int, folded: int = 0) -> "Round":
         """Encode the cohorts of ``partition`` that changed since their last snapshot and hand
         them to the producer. Call under the fold's lock (the state must not move meanwhile),
-        right after ``covers`` was committed; the rest of the round needs no lock."""
+        right after ``covers`` was committed, with the events ``folded`` there since the last
+        round; the rest of the round needs no lock."""
         t0 = time.perf_counter()
         referee = self.referee
         rnd = Round(partition, covers, t0)
         now = time.monotonic()
+        total = self.folded_total[partition] = self.folded_total.get(partition, 0) + folded
         for cohort in self._in_memory(partition):
             if self._unchanged(cohort):
                 # no input since its last snapshot: with --evict-idle it may leave memory, once it
-                # has been seen so for --evict-idle-after seconds
-                if self._quiet_long_enough(cohort, now) and self.settings.evict_idle \
+                # has been seen so for --evict-idle-after seconds or for enough of the partition's input
+                if self._quiet_long_enough(cohort, now, total) and self.settings.evict_idle \
                         and self.may_rest(cohort, referee.engines[cohort], settled_only=False):
                     rnd.idle.append(cohort)
                 continue
@@ -194,15 +216,15 @@ class SnapshotStore:
         self.last_round[partition] = time.monotonic()
         return rnd
 
-    def rest_idle(self, partition: int) -> int:
+    def rest_idle(self, partition: int, folded: int = 0) -> int:
         """A partition with no round due (no input since its last round, or too little to be
         worth one: :func:`round_is_due`) may have none to come for a long time, so its idle
         cohorts are looked at here (at most every ``--snapshot-interval``): each with no input
         since its snapshot, seen so for ``--evict-idle-after`` seconds and quiescent, leaves
         memory now, as in a round (its snapshot is on the broker already, so no round is
         written). Without this a partition that went quiet kept every cohort it had folded
-        until its next round. Call under the fold's lock, while the partition is owned. Returns
-        how many left memory."""
+        until its next round. Call under the fold's lock, while the partition is owned, with the
+        events ``folded`` there since its last round. Returns how many left memory."""
         if not self.enabled or not self.settings.evict_idle:
             return 0
         now = time.monotonic()
@@ -210,7 +232,9 @@ class SnapshotStore:
                 < self.settings.snapshot_interval_s:
             return 0
         self._idle_looked[partition] = now
-        idle = [c for c in self._in_memory(partition) if self._unchanged(c) and self._quiet_long_enough(c, now)]
+        total = self.folded_total.get(partition, 0) + folded
+        idle = [c for c in self._in_memory(partition)
+                if self._unchanged(c) and self._quiet_long_enough(c, now, total)]
         return self._evict(idle, partition, settled_only=False) if idle else 0
 
     def finish_round(self, rnd: "Round") -> None:
@@ -546,3 +570,4 @@ class SnapshotStore:
             del self.latest[cohort]
             self.quiet_since.pop(cohort, None)
         self.last_round.pop(partition, None)
+        self.folded_total.pop(partition, None)

@@ -229,6 +229,43 @@ def test_an_idle_cohort_leaves_memory_only_once_quiet_for_evict_idle_after(monke
     assert referee.engines == {} and store.quiet_since == {}
 
 
+def test_an_idle_cohort_leaves_memory_once_its_partition_folded_twice_its_events(monkeypatch):
+    """A backlog folds much more than ``--evict-idle-after`` seconds of input in that time: a
+    cohort it passed leaves memory once its partition has folded, since a round first saw it
+    quiet, twice the events it holds and at least ``--snapshot-every`` (bringing it back costs
+    a small part of that), not only after the seconds: a worker catching up does not hold every
+    cohort of the backlog. Counted per partition, in rounds and in looks between them."""
+    import time as _time
+
+    from streams.worker.snapshots import quiet_events
+
+    store, referee = _quiet_store(evict_idle=True)
+    store.settings = WorkerSettings("127.0.0.1:1", evict_settled=True, evict_idle=True, evict_idle_after_s=30,
+                                    snapshot_every=10, snapshot_interval_s=0)
+    clock = [1_000.0]
+    monkeypatch.setattr(_time, "monotonic", lambda: clock[0])
+    held = {c: lin.state.events_folded for c, lin in referee.engines.items()}
+    assert held["settled"] > held["training"] > 5  # so twice the events, not --snapshot-every, decides
+    need = {c: quiet_events(store.settings, n) for c, n in held.items()}
+    assert need == {c: 2 * n for c, n in held.items()}
+    assert quiet_events(store.settings, 2) == 10  # a small cohort: --snapshot-every
+    rnd = store.begin_round(0, 10_001, folded=5_000)  # first seen quiet, 5,000 events in
+    assert rnd.idle == []
+    store.settle_round(rnd)
+    rnd = store.begin_round(1, 10_001, folded=10 * need["settled"])  # another partition's input
+    assert rnd.idle == []
+    rnd = store.begin_round(0, 10_002, folded=need["training"] - 1)
+    assert rnd.idle == []
+    rnd = store.begin_round(0, 10_003, folded=1)  # the training cohort's twice, in two rounds
+    assert rnd.idle == ["training"]
+    store.settle_round(rnd)
+    assert set(referee.engines) == {"settled"}
+    extra = need["settled"] - need["training"]
+    assert store.rest_idle(0, folded=extra - 1) == 0  # (a look between rounds counts what they have not)
+    assert store.rest_idle(0, folded=extra) == 1
+    assert referee.engines == {} and clock[0] == 1_000.0  # no second passed
+
+
 def test_rows_that_cannot_be_kept_are_made_from_the_snapshot_instead(monkeypatch):
     """The rows are a cache: a store that refuses them (a full disk) costs a read, not a round."""
     store, referee = _quiet_store(evict_idle=True)
