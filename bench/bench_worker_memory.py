@@ -54,17 +54,7 @@ def rss_kib(pid: int) -> int:
 
 def gauges(w: WorkerProcess) -> dict[str, float]:
     """The worker's cohorts in memory and resting (on disk), from ``/metrics``."""
-    out = {}
-    for line in w.get("/metrics").splitlines():
-        name = line.split(" ", 1)[0]
-        if name in ("traintrace_cohorts", "traintrace_cohorts_resting"):
-            out[name.removeprefix("traintrace_")] = float(line.split()[-1])
-    return out
-
-
-def folded(w: WorkerProcess) -> float:
-    return sum(float(l.split()[-1]) for l in w.get("/metrics").splitlines()
-               if l.startswith("traintrace_events_folded_total"))
+    return {name: w.metric(f"traintrace_{name}") for name in ("cohorts", "cohorts_resting")}
 
 
 def main() -> int:
@@ -109,12 +99,12 @@ def main() -> int:
                         n += produce_events(bootstrap, topics.events,
                                             (d for _i, d in zip(range(args.events - first), events)))
                     mark = args.first if phase == 1 else n
-                    while folded(w) < mark:
+                    while w.folded() < mark:
                         if time.monotonic() - t0 > 900:
-                            raise SystemExit(f"the worker folded only {folded(w):.0f} of {n} events")
+                            raise SystemExit(f"the worker folded only {w.folded():.0f} of {n} events")
                         time.sleep(0.2)
                     in_flight[mark] = rss_kib(w.proc.pid)
-                    while folded(w) < n:
+                    while w.folded() < n:
                         time.sleep(0.2)
                     time.sleep(args.settle)
                     settled[mark] = rss_kib(w.proc.pid)
