@@ -290,6 +290,76 @@ def test_the_same_graph_gives_the_same_bytes():
     assert codec().dumps(build()) == codec().dumps(build())
 
 
+@dataclass(frozen=True, slots=True)
+class Value:
+    kind: str
+    n: int = 0
+
+
+def _every_tag():
+    """A graph with every tag of the format, shared objects and strings, a substitute, and the
+    scalars json writes in its own way (NaN, infinities, -0.0, escapes, a lone surrogate)."""
+    shared = Frozen(1, "shared-string-value")
+    sub = Plain(name="the-substitute")
+    s = Slotted([1, 2])
+    graph = {"scalars": [None, True, False, 0, -7, 2**70, 0.1, -0.0, 5e-324, math.nan, math.inf, -math.inf,
+                         "", "short", "a\"quote\\and\ncontrol\x01", "é€😀\u2028", "\ud800-surrogate-x"],
+             "tags": ((1, "t"), frozenset({3, 1, 2}), b"\x00\xff", bytearray(b"ba"), array.array("d", [1.5, -2.0]),
+                      array.array("q", []), {"z", "a", "long-string-in-set"}, set()),
+             "objects": [shared, shared, Mutable([shared], {"k": shared}), FrozenDict("fd", (1,)), s, s,
+                         Slotted(3, "q-value-long"), Plain(a=1, b=[sub]), Cached("data-that-is-long"),
+                         Value("value-kind-long"), Value("value-kind-long", 2)],
+             "refs": ["shared-string-value", "shared-string-value", "long-string-in-set"],
+             "sub": sub, "empty": [[], {}, (), frozenset()]}
+    return graph, {"subst": sub}
+
+
+#: the payload of ``_every_tag()``, as the format's first encoder (a tree of lists given to
+#: ``json.dumps``) wrote it: any encoder must write these bytes (old snapshots' digests hold)
+EVERY_TAG = (
+    '["d","scalars",["l",null,true,false,0,-7,1180591620717411303424,0.1,-0.0,5e-324,NaN,Infinity,-I'
+    'nfinity,"","short","a\\"quote\\\\and\\ncontrol\\u0001","é€😀\u2028","\ud800-surrogate-x"],"tags",["t",["t",1,"t'
+    '"],["f",1,2,3],["b","AP8="],["B","YmE="],["a","d","AAAAAAAA+D8AAAAAAAAAwA=="],["a","q",""],["s"'
+    ',"a","long-string-in-set","z"],["s"]],"objects",["l",["o","Frozen",1,"shared-string-value"],["r'
+    '",11],["o","Mutable",["l",["r",11]],["d","k",["r",11]]],["o","FrozenDict","name","fd","tags",["'
+    't",1]],["o","Slotted",["l",1,2],["u"]],["r",17],["o","Slotted",3,"q-value-long"],["o","Plain","'
+    'a",1,"b",["l",["x","subst"]]],["o","Cached","data","data-that-is-long"],["v","Value","value-kin'
+    'd-long",0],["v","Value",["r",25],2]],"refs",["l",["r",12],["r",12],["r",8]],"sub",["x","subst"]'
+    ',"empty",["l",["l"],["d"],["t"],["f"]]]'
+)
+
+
+def _named_codec() -> SnapshotCodec:
+    """The test classes under names that do not depend on how pytest imported this module."""
+    c = SnapshotCodec()
+    for cls in (Frozen, Mutable, FrozenDict, Slotted, Plain):
+        c.register(cls, name=cls.__name__)
+    c.register(Cached, name="Cached", transient={"cache": dict})
+    c.register(Value, name="Value", value=True)
+    return c
+
+
+def test_the_payload_is_the_formats_first_encoders_byte_for_byte():
+    c = _named_codec()
+    graph, subst = _every_tag()
+    assert G.payload(c.dumps(graph, substitute=subst)).decode("utf-8", "surrogatepass") == EVERY_TAG
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_the_payload_is_json_as_json_writes_it(seed):
+    """What the encoder writes by hand is what ``json.dumps`` writes for the same tree: parse it
+    and write it again, the bytes do not change."""
+    lin = Lineage()
+    for i, d in enumerate(generate_cohorts(jobs=12, cohort_size=6, steps=200, seed=seed, divergence_rate=0.5,
+                                           alias_prob=0.2, exploit_every=15, exploit_prob=0.8)):
+        lin.fold(parse_event(d), 1000 + i)
+        lin.decide()
+    graph, subst = _every_tag()
+    for data in (dump_lineage(lin), _named_codec().dumps(graph, substitute=subst)):
+        text = G.payload(data).decode("utf-8", "surrogatepass")
+        assert json.dumps(json.loads(text), separators=(",", ":"), ensure_ascii=False) == text
+
+
 _DUMP_SCRIPT = """
 import sys
 from streams.core.decide import Lineage
