@@ -182,7 +182,7 @@ class GraphCodec:
     def encode(self, obj: Any, *, substitute: Mapping[str, Any] | None = None) -> bytes:
         """The uncompressed JSON payload of ``obj`` (what :func:`digest` hashes)."""
         was = gc.isenabled()
-        gc.disable()  # the walk allocates a list per object: collections would rescan the heap
+        gc.disable()  # the walk allocates a list per container: collections would rescan the heap
         try:
             text = _Encoder(self._by_type, self._substitutes(substitute)).enc(obj)
             return text.encode("utf-8", "surrogatepass")
