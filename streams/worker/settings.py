@@ -88,7 +88,8 @@ WORKER_SETTINGS: tuple[Setting, ...] = (
             "...and only once it has been seen without input for this many seconds at a round, or while its "
             "partition folded twice the events it holds (at least --snapshot-every; a backlog does not keep "
             "every cohort it passes): a cohort whose input comes in bursts further apart is brought back (one "
-            "read of its snapshot) at most once per this interval or that much input.", minimum=0),
+            "read of its snapshot) at most once per this interval or that much input. A partition with no input "
+            "for this many seconds writes its last input then and lets its quiescent cohorts go.", minimum=0),
     Setting("--watchdog-seconds", "TRAINTRACE_WATCHDOG_SECONDS", float, 180.0,
             "Exit with status 70 (stacks dumped) when records wait on an owned partition and none was "
             "processed for this long while every dependency answers, or when the event loop stops turning: "

@@ -101,6 +101,8 @@ class Round:
     written: dict[str, tuple[bool, int]] = field(default_factory=dict)  # cohort -> (settled, events held)
     offsets: dict[str, int] = field(default_factory=dict)  # cohort -> its record's offset
     idle: list[str] = field(default_factory=list)  # unchanged since their snapshot, nothing on the clock
+    #: its partition had no input for ``--evict-idle-after`` seconds: its quiescent cohorts leave memory after it
+    quiet: bool = False
     encode_s: float = 0.0
     #: cohort -> the image written (kept only under --verify-rebuilds: streams.worker.verify)
     images: dict[str, bytes] = field(default_factory=dict)
@@ -133,6 +135,9 @@ class SnapshotStore:
         self.quiet_since: dict[str, tuple[float, int]] = {}
         #: partition -> events folded there by this worker, as of its last round
         self.folded_total: dict[int, int] = {}
+        #: partition -> (events folded there, monotonic time that count last grew), as seen by
+        #: :meth:`due` and :meth:`rest_idle`: how long the partition has had no input
+        self.input_seen: dict[int, tuple[int, float]] = {}
         self._producer = None
         self._reader: RecordReader | None = None  # single snapshot records (bring_back, the views)
         self._delivered: dict[str, int] = {}
@@ -145,12 +150,30 @@ class SnapshotStore:
         """Whether a round of ``partition`` is due, ``folded`` events after its last one
         (:func:`round_is_due`, with what the partition's changed cohorts would cost to write and
         what writing them would let leave memory)."""
-        if not self.enabled or folded == 0:
+        if not self.enabled:
             return False
-        since = time.monotonic() - self.last_round.get(partition, 0.0)
-        if folded < self.settings.snapshot_every and since < self.settings.snapshot_interval_s:
+        now = time.monotonic()
+        quiet = self._partition_quiet(partition, folded, now)
+        if folded == 0:
             return False
-        return round_is_due(folded, *self._rewritten(partition, self.settings.evict_settled))
+        since = now - self.last_round.get(partition, 0.0)
+        if folded < self.settings.snapshot_every and since < self.settings.snapshot_interval_s and not quiet:
+            return False
+        return round_is_due(folded, *self._rewritten(partition, self.settings.evict_settled, idle=quiet))
+
+    def _partition_quiet(self, partition: int, folded: int, now: float) -> bool:
+        """Whether ``partition`` (``folded`` events since its last round) has had no input for
+        ``--evict-idle-after`` seconds, with ``--evict-idle``: then every cohort of it has been
+        idle that long, and a round lets the quiescent ones leave memory (the last input of a
+        partition gone quiet is written then, not at the next ``--snapshot-interval`` or never:
+        a cohort with a large snapshot and a little input since it would wait for its
+        partition's next ``REWRITE_FACTOR`` times its events). The first look starts the clock."""
+        total = self.folded_total.get(partition, 0) + folded
+        seen = self.input_seen.get(partition)
+        if seen is None or seen[0] != total:
+            self.input_seen[partition] = (total, now)
+            return False
+        return self.settings.evict_idle and now - seen[1] >= self.settings.evict_idle_after_s
 
     def _in_memory(self, partition: int) -> list[str]:
         """The cohorts of ``partition`` in memory, in order."""
@@ -173,10 +196,10 @@ class SnapshotStore:
         lin = self.referee.engines.get(cohort)
         return lin is not None and folded - at >= quiet_events(self.settings, lin.state.events_folded)
 
-    def _rewritten(self, partition: int, evicting: bool) -> tuple[int, int]:
+    def _rewritten(self, partition: int, evicting: bool, idle: bool = False) -> tuple[int, int]:
         """(events the changed cohorts of ``partition`` that stay in memory held at their last
         snapshot, events the changed cohorts that would leave it hold now): settled cohorts leave
-        only when ``evicting``."""
+        only when ``evicting``, quiescent ones when ``idle`` (the partition gone quiet)."""
         referee, n, freed = self.referee, 0, 0
         for cohort, p in referee.partition_of.items():
             if p != partition:
@@ -185,7 +208,8 @@ class SnapshotStore:
                 continue  # no input since its last snapshot: not written
             last = self.latest.get(cohort)
             lin = referee.engines.get(cohort)
-            if evicting and lin is not None and self.may_rest(cohort, lin):
+            if lin is not None and ((evicting and self.may_rest(cohort, lin))
+                                    or (idle and self.may_rest(cohort, lin, settled_only=False))):
                 freed += lin.state.events_folded
             elif last is not None:
                 n += last.events
@@ -200,12 +224,13 @@ class SnapshotStore:
         referee = self.referee
         rnd = Round(partition, covers, t0)
         now = time.monotonic()
+        rnd.quiet = self._partition_quiet(partition, folded, now)
         total = self.folded_total[partition] = self.folded_total.get(partition, 0) + folded
         for cohort in self._in_memory(partition):
             if self._unchanged(cohort):
                 # no input since its last snapshot: with --evict-idle it may leave memory, once it
                 # has been seen so for --evict-idle-after seconds or for enough of the partition's input
-                if self._quiet_long_enough(cohort, now, total) and self.settings.evict_idle \
+                if (rnd.quiet or self._quiet_long_enough(cohort, now, total)) and self.settings.evict_idle \
                         and self.may_rest(cohort, referee.engines[cohort], settled_only=False):
                     rnd.idle.append(cohort)
                 continue
@@ -228,13 +253,14 @@ class SnapshotStore:
         if not self.enabled or not self.settings.evict_idle:
             return 0
         now = time.monotonic()
+        quiet = self._partition_quiet(partition, folded, now)
         if now - max(self._idle_looked.get(partition, 0.0), self.last_round.get(partition, 0.0)) \
-                < self.settings.snapshot_interval_s:
+                < min(self.settings.snapshot_interval_s, self.settings.evict_idle_after_s):
             return 0
         self._idle_looked[partition] = now
         total = self.folded_total.get(partition, 0) + folded
         idle = [c for c in self._in_memory(partition)
-                if self._unchanged(c) and self._quiet_long_enough(c, now, total)]
+                if self._unchanged(c) and (quiet or self._quiet_long_enough(c, now, total))]
         return self._evict(idle, partition, settled_only=False) if idle else 0
 
     def finish_round(self, rnd: "Round") -> None:
@@ -261,6 +287,9 @@ class SnapshotStore:
         for cohort, (settled, events) in rnd.written.items():
             self.latest[cohort] = Latest(rnd.covers, rnd.offsets[cohort], settled, events)
         evicted = self._evict(sorted(rnd.written), rnd.partition) if self.settings.evict_settled else 0
+        if rnd.quiet:  # the partition had no input for --evict-idle-after: its quiescent cohorts go too
+            evicted += self._evict(sorted(c for c in rnd.written if c in self.referee.engines), rnd.partition,
+                                   settled_only=False)
         if rnd.idle:
             evicted += self._evict(rnd.idle, rnd.partition, settled_only=False)
         metrics.SNAPSHOTS.inc(len(rnd.written))
@@ -571,3 +600,4 @@ class SnapshotStore:
             self.quiet_since.pop(cohort, None)
         self.last_round.pop(partition, None)
         self.folded_total.pop(partition, None)
+        self.input_seen.pop(partition, None)

@@ -369,3 +369,45 @@ def test_rest_idle_leaves_a_cohort_with_input_since_its_snapshot(monkeypatch):
     store.settings = off
     store.latest["training"] = Latest(covers=10_000, offset=0, settled=False, events=100)
     assert store.rest_idle(0) == 0 and set(referee.engines) == {"training"}  # without --evict-idle
+
+
+def test_a_partition_without_input_for_evict_idle_after_writes_its_last_input_and_lets_its_cohorts_go(monkeypatch):
+    """A training cohort with a large snapshot and a little input since: no round is due for
+    that little (``round_is_due``), so with input only by count or ``--snapshot-interval`` it
+    stayed in memory until its partition folded twice its events, which a partition gone quiet
+    may never do. Once the partition has had no input for ``--evict-idle-after`` seconds, a round
+    writes that input and its quiescent cohorts leave memory after it."""
+    import time as _time
+
+    def setup(evict_idle: bool):
+        store, referee = _store(evict=True)
+        store.settings = WorkerSettings("127.0.0.1:1", evict_settled=True, evict_idle=evict_idle,
+                                        evict_idle_after_s=30, snapshot_interval_s=3600, snapshot_every=20_000)
+        store.latest["training"] = Latest(covers=2, offset=0, settled=False, events=10_000)  # large, input since
+        store.latest["settled"] = Latest(covers=2, offset=0, settled=False, events=10_000)
+        monkeypatch.setattr(store, "_send", lambda *a, **k: None)
+        return store, referee
+
+    clock = [1_000.0]
+    monkeypatch.setattr(_time, "monotonic", lambda: clock[0])
+    store, referee = setup(evict_idle=True)
+    assert images.quiescent(referee.engines["training"]) and not images.settled(referee.engines["training"])
+    assert not store.due(0, 5)  # the first look starts the clock
+    clock[0] += 29
+    assert not store.due(0, 6)  # input meanwhile: the clock starts again
+    clock[0] += 29
+    assert not store.due(0, 6)
+    clock[0] += 1
+    assert store.due(0, 6)  # 30 s without input
+    assert not store.due(1, 6)  # (another partition: its own clock)
+    rnd = store.begin_round(0, 10_001, folded=6)
+    assert rnd.quiet and sorted(rnd.written) == ["settled", "training"]
+    rnd.offsets = {c: i for i, c in enumerate(sorted(rnd.written))}
+    assert store.settle_round(rnd) == 2
+    assert referee.engines == {} and store.out_of_memory == {"settled": 0, "training": 0}
+    assert not store.due(0, 0)
+
+    store, referee = setup(evict_idle=False)  # --keep-idle: only the count or the interval
+    assert not store.due(0, 6)
+    clock[0] += 3_599
+    assert not store.due(0, 6)
