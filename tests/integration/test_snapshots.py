@@ -188,8 +188,10 @@ def test_idle_cohorts_leave_memory_across_a_takeover_and_come_back(setup, kafka_
     # the views show the cohorts out of memory too, as the fold of every event has them
     from streams.worker.resting import rows_of
 
-    shown = second.get("/jobs")
-    assert shown["resting"] and set(shown["cohorts"]) == set(order), shown["cohorts"]
+    deadline = time.monotonic() + 30  # (the views are whole once the takeover has re-folded what no snapshot holds)
+    while set((shown := second.get("/jobs"))["cohorts"]) != set(order) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert shown["resting"] and set(shown["cohorts"]) == set(order), (shown["cohorts"], second.log_tail(60))
     expected = [r for c in sorted(referee.engines) for r in rows_of(c, referee.engines[c])[0]]
     assert sorted(shown["jobs"], key=lambda r: r["job_id"]) == sorted(expected, key=lambda r: r["job_id"])
     plans = second.get("/plans")["plans"]
