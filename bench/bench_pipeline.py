@@ -245,9 +245,11 @@ def throughput(bootstrap: str, args, tmp: Path) -> dict:
         threads_ready = [thread_cpu(w) for w in workers]
         machine_ready = machine_cpu()
         deadline = time.monotonic() + args.timeout
+        samples = [(t_ready, f_ready)]  # (time, events folded) through the catch-up: its rate by tenth
         while time.monotonic() < deadline:
             f = folded(workers)
             now = time.perf_counter()
+            samples.append((now, f))
             if t_lo is None and f >= lo:
                 t_lo, f_lo = now, f
             if f >= hi:
@@ -262,9 +264,12 @@ def throughput(bootstrap: str, args, tmp: Path) -> dict:
         # the whole backlog, from the workers' partitions taken over to every event folded: the
         # catch-up rate (the 10-90 % window above can fall where routing and folding take turns;
         # the group's join before it is start-up, quoted apart)
-        while folded(workers) < n and time.monotonic() < deadline:
+        while (f := folded(workers)) < n and time.monotonic() < deadline:
+            samples.append((time.perf_counter(), f))
             time.sleep(0.2)
+        samples.append((time.perf_counter(), f))
         catch_up_s = time.perf_counter() - t_ready
+        by_tenth = rate_by_tenth(samples, f_ready, n)
         catch_up = (n - f_ready) / catch_up_s
         # each process's CPU (all its threads: librdkafka's too) per event of the catch-up
         cpu_us = [1e6 * (cpu_seconds(w) - c) / max(1.0, n - f_ready) for w, c in zip(workers, cpu_ready)]
@@ -307,7 +312,23 @@ def throughput(bootstrap: str, args, tmp: Path) -> dict:
             "ratio_fold_over_raw_typed": rate / raw_typed, "catch_up_per_s": catch_up, "ratio_catch_up_over_raw": catch_up / raw,
             "join_s": join_s, "loop_busy": loop_busy, "loop_us_per_event": loop_us,
             "threads_us_per_event": threads_us, "gil_busy": gil_busy,
-            "machine_busy": machine_busy, "rest_us_per_event": rest_us, "stages": stages, "stages_wall_s": stages_wall, "cpu_us_per_event": cpu_us}
+            "machine_busy": machine_busy, "rest_us_per_event": rest_us, "stages": stages, "stages_wall_s": stages_wall, "cpu_us_per_event": cpu_us,
+            "catch_up_per_s_by_tenth": by_tenth}
+
+
+def rate_by_tenth(samples: list[tuple[float, float]], start: float, n: int) -> list[float | None]:
+    """The catch-up's rate (events/s) over each tenth of the backlog, from ``samples`` of (time,
+    events folded): between the first samples at or past each tenth's bounds (None where one read
+    saw both). Whether a long backlog folds slower all through or slows as it goes (issue 27)."""
+    bounds = [start + (n - start) * k / 10 for k in range(11)]
+    at = []
+    for b in bounds:
+        hit = next((s for s in samples if s[1] >= b), None)
+        at.append(hit)
+    out: list[float | None] = []
+    for a, b in zip(at, at[1:]):
+        out.append((b[1] - a[1]) / (b[0] - a[0]) if a is not None and b is not None and b[0] > a[0] else None)
+    return out
 
 
 def bench_events(args):
@@ -710,6 +731,9 @@ def print_report(report: dict, signing: str, title: str | None = None) -> None:
         t.add_row("catch-up: events / (partitions taken over -> all folded)",
                   f"{r['catch_up_per_s']:,.0f} events/s (/ raw {r['ratio_catch_up_over_raw']:.3f})", "")
         t.add_row("  the group's join before it", f"{r['join_s']:.1f} s", "")
+        if r.get("catch_up_per_s_by_tenth"):
+            t.add_row("  by tenth of the backlog (events/s, k)",
+                      " ".join("-" if x is None else f"{x / 1000:.1f}" for x in r["catch_up_per_s_by_tenth"]), "")
         names = ["route", "fold"] * r["workers"] if r.get("layout") == "split" else ["worker"] * r["workers"]
         if r.get("cpu_us_per_event"):
             t.add_row("  CPU per event of the catch-up, by process",

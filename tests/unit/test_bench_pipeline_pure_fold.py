@@ -100,3 +100,12 @@ def test_the_stages_and_the_snapshot_encode_are_read_from_the_workers_metrics():
     assert seen["snapshot_encode"]["calls"] >= 1 and seen["snapshot_encode"]["s"] >= 0.25
     assert seen["fold_work"]["calls"] >= 1 and seen["fold_work"]["s"] >= 1.5
     assert bench.stage_seconds(types.SimpleNamespace(get=lambda path, timeout: 1 / 0)) == {}
+
+
+def test_the_catch_up_rate_is_given_by_tenth_of_the_backlog():
+    bench = _bench()
+    samples = [(0.0, 0), (1.0, 10), (2.0, 50), (3.0, 100)]  # (seconds, events folded)
+    assert bench.rate_by_tenth(samples, 0, 100) == [10.0, 40.0, None, None, None, 50.0, None, None, None, None]
+    steady = [(t / 10, 10 * t) for t in range(101)]  # 100 events/s, read every 0.1 s
+    assert [round(x, 6) for x in bench.rate_by_tenth(steady, 0, 100)] == [100.0] * 10
+    assert bench.rate_by_tenth([(0.0, 20)], 20, 100) == [None] * 10  # never read past the start
