@@ -321,14 +321,9 @@ def rate_by_tenth(samples: list[tuple[float, float]], start: float, n: int) -> l
     events folded): between the first samples at or past each tenth's bounds (None where one read
     saw both). Whether a long backlog folds slower all through or slows as it goes (issue 27)."""
     bounds = [start + (n - start) * k / 10 for k in range(11)]
-    at = []
-    for b in bounds:
-        hit = next((s for s in samples if s[1] >= b), None)
-        at.append(hit)
-    out: list[float | None] = []
-    for a, b in zip(at, at[1:]):
-        out.append((b[1] - a[1]) / (b[0] - a[0]) if a is not None and b is not None and b[0] > a[0] else None)
-    return out
+    at = [next((s for s in samples if s[1] >= b), None) for b in bounds]
+    return [(b[1] - a[1]) / (b[0] - a[0]) if a is not None and b is not None and b[0] > a[0] else None
+            for a, b in zip(at, at[1:])]
 
 
 def bench_events(args):

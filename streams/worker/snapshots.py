@@ -168,12 +168,17 @@ class SnapshotStore:
         partition gone quiet is written then, not at the next ``--snapshot-interval`` or never:
         a cohort with a large snapshot and a little input since it would wait for its
         partition's next ``REWRITE_FACTOR`` times its events). The first look starts the clock."""
-        total = self.folded_total.get(partition, 0) + folded
+        total = self._folded_now(partition, folded)
         seen = self.input_seen.get(partition)
         if seen is None or seen[0] != total:
             self.input_seen[partition] = (total, now)
             return False
         return self.settings.evict_idle and now - seen[1] >= self.settings.evict_idle_after_s
+
+    def _folded_now(self, partition: int, folded: int) -> int:
+        """The events this worker folded on ``partition``: as of its last round, and ``folded``
+        since."""
+        return self.folded_total.get(partition, 0) + folded
 
     def _in_memory(self, partition: int) -> list[str]:
         """The cohorts of ``partition`` in memory, in order."""
@@ -225,7 +230,7 @@ class SnapshotStore:
         rnd = Round(partition, covers, t0)
         now = time.monotonic()
         rnd.quiet = self._partition_quiet(partition, folded, now)
-        total = self.folded_total[partition] = self.folded_total.get(partition, 0) + folded
+        total = self.folded_total[partition] = self._folded_now(partition, folded)
         for cohort in self._in_memory(partition):
             if self._unchanged(cohort):
                 # no input since its last snapshot: with --evict-idle it may leave memory, once it
@@ -244,8 +249,9 @@ class SnapshotStore:
     def rest_idle(self, partition: int, folded: int = 0) -> int:
         """A partition with no round due (no input since its last round, or too little to be
         worth one: :func:`round_is_due`) may have none to come for a long time, so its idle
-        cohorts are looked at here (at most every ``--snapshot-interval``): each with no input
-        since its snapshot, seen so for ``--evict-idle-after`` seconds and quiescent, leaves
+        cohorts are looked at here (at most every ``--snapshot-interval``, or ``--evict-idle-after``
+        if shorter): each with no input since its snapshot, seen so for ``--evict-idle-after``
+        seconds (or its whole partition without input that long) and quiescent, leaves
         memory now, as in a round (its snapshot is on the broker already, so no round is
         written). Without this a partition that went quiet kept every cohort it had folded
         until its next round. Call under the fold's lock, while the partition is owned, with the
@@ -258,7 +264,7 @@ class SnapshotStore:
                 < min(self.settings.snapshot_interval_s, self.settings.evict_idle_after_s):
             return 0
         self._idle_looked[partition] = now
-        total = self.folded_total.get(partition, 0) + folded
+        total = self._folded_now(partition, folded)
         idle = [c for c in self._in_memory(partition)
                 if self._unchanged(c) and (quiet or self._quiet_long_enough(c, now, total))]
         return self._evict(idle, partition, settled_only=False) if idle else 0
