@@ -295,11 +295,6 @@ class _Encoder:
         self.memo: dict[int, int] = {}
         self.strs: dict[str, int] = {}  # strings are numbered by value: ids, hashes repeat a lot
         self.alive: list[Any] = []  # keeps every numbered object alive: ids stay unique
-        self.table: dict[type, Callable[[Any], str]] = {
-            list: self._list, dict: self._dict, tuple: self._tuple, set: self._set,
-            frozenset: self._frozenset, bytes: self._bytes, bytearray: self._bytearray,
-            array.array: self._array,
-        }
 
     def enc(self, v: Any) -> str:
         t = type(v)
@@ -326,9 +321,9 @@ class _Encoder:
         n = self.memo.get(id(v))
         if n is not None:
             return f'["r",{n}]'
-        fn = self.table.get(t)
+        fn = _ENCODE_BY_TYPE.get(t)
         if fn is not None:
-            return fn(v)
+            return fn(self, v)
         spec = self.specs.get(t)
         if spec is None:
             raise SnapshotError(f"cannot snapshot a {t.__module__}.{t.__qualname__}: not a plain value "
@@ -440,6 +435,17 @@ class _Encoder:
         return "[" + ",".join(out) + "]"
 
 
+#: the containers' writers, by type: plain functions in a module table, not bound methods in one
+#: the encoder holds (that made each encoder a reference cycle, and its ``alive`` list kept a
+#: snapshotted cohort's whole state until a full collection, which a worker runs rarely:
+#: streams.worker.gctune)
+_ENCODE_BY_TYPE: dict[type, Callable[[_Encoder, Any], str]] = {
+    list: _Encoder._list, dict: _Encoder._dict, tuple: _Encoder._tuple, set: _Encoder._set,
+    frozenset: _Encoder._frozenset, bytes: _Encoder._bytes, bytearray: _Encoder._bytearray,
+    array.array: _Encoder._array,
+}
+
+
 def _float_text(v: float) -> str:
     """A float as json writes it (``allow_nan``: NaN, Infinity, -Infinity)."""
     if v != v:
@@ -459,11 +465,6 @@ class _Decoder:
         self.specs = specs
         self.subst = substitute
         self.objs: list[Any] = []
-        self.table: dict[str, Callable[[list[Any]], Any]] = {
-            "l": self._list, "d": self._dict, "t": self._tuple, "s": self._set, "f": self._frozenset,
-            "b": self._bytes, "B": self._bytearray, "a": self._array, "o": self._object,
-            "r": self._ref, "x": self._subst, "v": self._value,
-        }
 
     def dec(self, v: Any) -> Any:
         t = type(v)
@@ -472,9 +473,9 @@ class _Decoder:
                 self.objs.append(v)  # numbered like the encoder numbers them: by value
             return v
         if t is list:
-            if not v or type(v[0]) is not str or v[0] not in self.table:
+            if not v or type(v[0]) is not str or v[0] not in _DECODE_BY_TAG:
                 raise SnapshotError(f"snapshot holds an unknown value tag {str(v[:1])[:40]}")
-            return self.table[v[0]](v)
+            return _DECODE_BY_TAG[v[0]](self, v)
         if t is int or t is float or t is bool or v is None:
             return v
         raise SnapshotError(f"snapshot holds a bare JSON {t.__name__}, which no value encodes to")
@@ -589,3 +590,11 @@ class _Decoder:
         return obj
 
 
+
+
+#: the readers of the tagged values, by tag (plain functions, for the reason of _ENCODE_BY_TYPE)
+_DECODE_BY_TAG: dict[str, Callable[[_Decoder, list[Any]], Any]] = {
+    "l": _Decoder._list, "d": _Decoder._dict, "t": _Decoder._tuple, "s": _Decoder._set,
+    "f": _Decoder._frozenset, "b": _Decoder._bytes, "B": _Decoder._bytearray, "a": _Decoder._array,
+    "o": _Decoder._object, "r": _Decoder._ref, "x": _Decoder._subst, "v": _Decoder._value,
+}

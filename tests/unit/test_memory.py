@@ -168,3 +168,22 @@ def test_a_cohort_the_referee_forgets_is_freed_at_once():
         for c in cohorts:
             snapshots.restore(referee, c, partitions[c], encoded[c])
         assert _garbage_of(lambda: referee.forget_cohorts(cohorts)) == []
+
+
+def test_snapshotting_and_restoring_a_cohort_leave_no_reference_cycles():
+    """A snapshot round encodes every changed cohort and a cohort that comes back decodes its
+    snapshot; neither may leave a cycle. The graph codec's encoder once held its writers as bound
+    methods (a cycle through itself) and with them the list of every object it numbered: each
+    encoded cohort's whole state, kept until a full collection. A worker that let its cohorts go
+    kept them all the same, and after a 1M-event backlog held 22 of them (167k objects)."""
+    from streams.referee import snapshots
+
+    for _n, referee, _leaves in _fold((3000,)):
+        cohorts = sorted(referee.engines)
+        partitions = {c: referee.partition_of.get(c, 0) for c in cohorts}
+        encoded: dict[str, bytes] = {}
+        assert _garbage_of(lambda: encoded.update((c, snapshots.encode(referee, c)) for c in cohorts)) == []
+        referee.forget_cohorts(cohorts)
+        assert not referee.engines
+        assert _garbage_of(lambda: [snapshots.restore(referee, c, partitions[c], encoded[c]) for c in cohorts]) == []
+        assert sorted(referee.engines) == cohorts
