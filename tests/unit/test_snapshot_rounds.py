@@ -266,6 +266,69 @@ def test_an_idle_cohort_leaves_memory_once_its_partition_folded_twice_its_events
     assert referee.engines == {} and clock[0] == 1_000.0  # no second passed
 
 
+def _written_round(store: SnapshotStore, covers: int, folded: int):
+    """A round of partition 0 at ``covers`` (``folded`` events since the last), delivered."""
+    rnd = store.begin_round(0, covers, folded=folded)
+    rnd.offsets = {c: 0 for c in rnd.written}
+    return rnd
+
+
+def _idle_settings(**kw) -> WorkerSettings:
+    return WorkerSettings("127.0.0.1:1", **{"evict_settled": True, "evict_idle": True, "evict_idle_after_s": 3600,
+                                            "snapshot_every": 10, **kw})
+
+
+def test_a_cohort_quiet_since_the_round_that_wrote_it_leaves_once_its_partition_folded_twice_its_events(monkeypatch):
+    """The quiet counts of a cohort start at the round that wrote its last input, not at the
+    first round that finds it quiet after that: on a backlog, where rounds come every few tens of
+    thousands of events, that cost every cohort one more round in memory."""
+    from streams.worker.snapshots import quiet_events
+
+    store, referee = _store(evict=True)
+    store.settings = _idle_settings()
+    monkeypatch.setattr(store, "_send", lambda *a, **k: None)
+    covers = 1 + max(o for _p, o in referee.position.values())
+    rnd = _written_round(store, covers, folded=1)  # written; quiet for one event before: stays
+    assert sorted(rnd.written) == ["settled", "training"] and rnd.leaving == []
+    store.settle_round(rnd)
+    assert set(referee.engines) == {"training"}  # settled: it leaves after its round as before
+    need = quiet_events(store.settings, referee.engines["training"].state.events_folded)
+    rnd = _written_round(store, covers + 1, folded=need - 1)  # no input since: nothing to write
+    assert rnd.written == {} and rnd.idle == []
+    rnd = _written_round(store, covers + 2, folded=1)  # twice its events since the round that wrote it
+    assert rnd.idle == ["training"]
+    store.settle_round(rnd)
+    assert referee.engines == {} and store.out_of_memory == {"settled": 0, "training": 0}
+
+
+@pytest.mark.parametrize("per_record, leaves", [(1, False), (4, True)])
+def test_a_cohort_quiet_long_before_the_round_that_writes_it_leaves_memory_after_it(monkeypatch, per_record, leaves):
+    """A round writes every cohort with input since the last one. One whose last input came
+    early in that stretch (its partition's records since, at the stretch's average events a
+    record, hold twice its events) has been quiet long enough already: it leaves memory after
+    this round, not a round later."""
+    from streams.worker.snapshots import quiet_events
+
+    store, referee = _store(evict=True)
+    store.settings = _idle_settings()
+    monkeypatch.setattr(store, "_send", lambda *a, **k: None)
+    covers = 1 + max(o for _p, o in referee.position.values())
+    since = covers - 1 - referee.position["training"][1]  # the records after the training cohort's last
+    need = quiet_events(store.settings, referee.engines["training"].state.events_folded)
+    assert since < need <= 4 * since  # at 1 event a record not quiet long enough; at 4, it is
+    store.round_covers[0] = 0  # the last round
+    rnd = _written_round(store, covers, folded=per_record * covers)
+    assert sorted(rnd.written) == ["settled", "training"]
+    assert rnd.leaving == (["training"] if leaves else [])
+    store.settle_round(rnd)
+    assert set(referee.engines) == (set() if leaves else {"training"})
+    store2, referee2 = _store(evict=True)  # without --evict-idle it stays
+    store2.settings = _idle_settings(evict_idle=False)
+    monkeypatch.setattr(store2, "_send", lambda *a, **k: None)
+    store2.round_covers[0] = 0
+    assert _written_round(store2, covers, folded=4 * covers).leaving == []
+
+
 def test_rows_that_cannot_be_kept_are_made_from_the_snapshot_instead(monkeypatch):
     """The rows are a cache: a store that refuses them (a full disk) costs a read, not a round."""
     store, referee = _quiet_store(evict_idle=True)
