@@ -85,9 +85,10 @@ WORKER_SETTINGS: tuple[Setting, ...] = (
             "still alerts): back from its snapshot at its next event. A worker's memory then follows the "
             "cohorts that train, not every cohort that ever did [default: on].", negative="--keep-idle"),
     Setting("--evict-idle-after", "TRAINTRACE_EVICT_IDLE_AFTER", float, 30.0,
-            "...and only once it has been seen without input for this many seconds at a round, or while its "
-            "partition folded twice the events it holds (at least --snapshot-every; a backlog does not keep "
-            "every cohort it passes): a cohort whose input comes in bursts further apart is brought back (one "
+            "...and only once it has had no input for this many seconds since the round that wrote its last "
+            "input, or while its partition folded twice the events it holds (at least --snapshot-every; a "
+            "backlog does not keep every cohort it passes; one quiet that long before the round that writes "
+            "it leaves after that round): a cohort whose input comes in bursts further apart is brought back (one "
             "read of its snapshot) at most once per this interval or that much input. A partition with no input "
             "for this many seconds writes its last input then and lets its quiescent cohorts go.", minimum=0),
     Setting("--watchdog-seconds", "TRAINTRACE_WATCHDOG_SECONDS", float, 180.0,

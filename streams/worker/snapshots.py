@@ -202,8 +202,8 @@ class SnapshotStore:
         ``--evict-idle-after`` seconds, or while its partition folded (``folded``: its count
         now) :func:`quiet_events`. Both count from the round that wrote its last input (its
         input had stopped by then), or from the first look at a cohort no round of this worker
-        wrote. (Counted from the first round that found it quiet, as before, a cohort stayed one
-        round longer: on a 1M backlog, 31-45 cohorts in memory where 10 trained.)"""
+        wrote. (Counted from the first round that found it quiet, a cohort stayed a round longer:
+        ``bench/bench_worker_memory.py``'s 1M backlog kept 31-45 cohorts in memory at once.)"""
         since, at = self.quiet_since.setdefault(cohort, (now, folded))
         if now - since >= self.settings.evict_idle_after_s:
             return True
@@ -216,9 +216,10 @@ class SnapshotStore:
         its partition's records since, at ``per_record`` events each (the average since the last
         round), held :func:`quiet_events`. On a backlog a round comes every few tens of thousands
         of events, and a cohort whose input stopped early in that stretch has been quiet for most
-        of it: it leaves now, not a round later (one round later, a 1M backlog held 25-41 cohorts
-        where about 10 trained). An estimate (records hold different numbers of events) that
-        only decides when a cohort leaves memory, never what it decides."""
+        of it: it leaves now, not a round later (``bench/bench_worker_memory.py``'s 1M backlog
+        kept 25-41 cohorts in memory at once without this, 21-28 with it). An estimate (records
+        hold different numbers of events) that only decides when a cohort leaves memory, never
+        what the fold decides."""
         if not self.settings.evict_idle or pos is None or per_record <= 0:
             return False
         lin = self.referee.engines[cohort]
