@@ -590,8 +590,6 @@ class _Decoder:
         return obj
 
 
-
-
 #: the readers of the tagged values, by tag (plain functions, for the reason of _ENCODE_BY_TYPE)
 _DECODE_BY_TAG: dict[str, Callable[[_Decoder, list[Any]], Any]] = {
     "l": _Decoder._list, "d": _Decoder._dict, "t": _Decoder._tuple, "s": _Decoder._set,
