@@ -373,6 +373,11 @@ def port_is_free(port: int, host: str = LOOPBACK) -> bool:
     return True
 
 
+#: how many times a broker that picks its own ports starts when a port it picked is taken before
+#: the JVM binds it (another server on the machine took it meanwhile: in a fresh clone's test run,
+#: one test process's session broker was lost so, and 85 tests with it)
+PORT_ATTEMPTS = 3
+
 #: where :func:`pick_free_port` looks first: below Linux's ephemeral range (32768-60999), from
 #: which every outgoing connection takes its local port (a port the OS handed out with ``bind(0)``
 #: may be taken so before the server binds it), and above Ray's worker ports (10002-19999)
@@ -846,36 +851,61 @@ class LocalBroker:
             self._check_mode(record)
             java = find_java()
             libs = resolve_jars(self.version, self.cache_dir)
-            port, controller_port = self._choose_ports(record)
-            cluster_id = self._cluster_id(record)
-            secure = self._secure_setup(port, controller_port) if self.secure else None
-            log4j, tools_log4j = self._write_configs(port, controller_port, secure)
-            base = {
-                "version": self.version,
-                "cluster_id": cluster_id,
-                "port": port,
-                "controller_port": controller_port,
-                "bootstrap": f"{LOOPBACK}:{port}",
-                "node_id": self.node_id,
-                "data_dir": str(self.data_dir),
-                "libs": str(libs),
-                "pid": None,
-            }
-            if secure is not None:
-                base["secure"] = True
-            if not (self.kraft_dir / "meta.properties").is_file():
-                self._format(java, libs, tools_log4j, cluster_id,
-                             _secure.scram_format_args(secure["users"]) if secure else ())
-            _write_record(self.data_dir, base)
-            proc = self._launch(java, libs, log4j)
-            _write_record(self.data_dir, {**base, "pid": proc.pid, "started_at": time.time()})
-            admin = self._admin_settings(base["bootstrap"], secure)
-            self._await_ready(proc, base["bootstrap"], timeout, admin)
-            if secure is not None:
-                files = self._secure_ready(proc, base["bootstrap"], secure, admin)
-                _write_record(self.data_dir, {**base, "pid": proc.pid, "started_at": time.time(),
-                                              "client_properties": files})
-            return base["bootstrap"]
+            for attempt in range(1, PORT_ATTEMPTS + 1):
+                try:
+                    return self._start_once(java, libs, record, timeout)
+                except BrokerStartFailed:
+                    if attempt == PORT_ATTEMPTS or not self._picks_ports() or not self._lost_a_port():
+                        raise
+                    # the ports it picked were free, then taken before the JVM bound them (the
+                    # machine's other servers pick ports too): pick others
+                    record = {k: v for k, v in record.items() if k not in ("port", "controller_port")}
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _picks_ports(self) -> bool:
+        """Whether this broker picks its own ports (none given, not a node of a static quorum)."""
+        return self.port is None and self.controller_port is None and self.quorum_voters is None
+
+    def _lost_a_port(self) -> bool:
+        """Whether the last start failed because a port was in use when the JVM bound it."""
+        try:
+            text = self.log_file.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return False
+        return "Address already in use" in text
+
+    def _start_once(self, java: str, libs: Path, record: Mapping[str, Any], timeout: float) -> str:
+        """One start (under the data directory's lock) on ports from :meth:`_choose_ports`."""
+        port, controller_port = self._choose_ports(record)
+        cluster_id = self._cluster_id(record)
+        secure = self._secure_setup(port, controller_port) if self.secure else None
+        log4j, tools_log4j = self._write_configs(port, controller_port, secure)
+        base = {
+            "version": self.version,
+            "cluster_id": cluster_id,
+            "port": port,
+            "controller_port": controller_port,
+            "bootstrap": f"{LOOPBACK}:{port}",
+            "node_id": self.node_id,
+            "data_dir": str(self.data_dir),
+            "libs": str(libs),
+            "pid": None,
+        }
+        if secure is not None:
+            base["secure"] = True
+        if not (self.kraft_dir / "meta.properties").is_file():
+            self._format(java, libs, tools_log4j, cluster_id,
+                         _secure.scram_format_args(secure["users"]) if secure else ())
+        _write_record(self.data_dir, base)
+        proc = self._launch(java, libs, log4j)
+        _write_record(self.data_dir, {**base, "pid": proc.pid, "started_at": time.time()})
+        admin = self._admin_settings(base["bootstrap"], secure)
+        self._await_ready(proc, base["bootstrap"], timeout, admin)
+        if secure is not None:
+            files = self._secure_ready(proc, base["bootstrap"], secure, admin)
+            _write_record(self.data_dir, {**base, "pid": proc.pid, "started_at": time.time(),
+                                          "client_properties": files})
+        return base["bootstrap"]
 
     # secure ---------------------------------------------------------------
     @property

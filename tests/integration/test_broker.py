@@ -136,6 +136,34 @@ def test_start_on_a_taken_port_raises_port_in_use(tmp_path: Path) -> None:
             LocalBroker(tmp_path / "b", port=port).start(timeout=10)
 
 
+def test_a_broker_whose_picked_port_is_taken_before_it_binds_picks_another(tmp_path: Path, monkeypatch) -> None:
+    """A port picked free can be taken before the JVM binds it (the machine's other servers pick
+    ports too): a fresh clone's test run lost one test process's session broker so, and 85
+    tests with it. A broker that picks its own ports starts again on others."""
+    from streams.devtools import broker as mod
+
+    pick, taken = mod.pick_free_port, []
+    thief = socket.socket()
+
+    def pick_then_lose(exclude=frozenset(), host="127.0.0.1"):
+        port = pick(exclude, host)
+        if not taken:  # the first pick (the client port) is taken right after it was found free
+            thief.bind((host, port))
+            thief.listen()
+            taken.append(port)
+        return port
+
+    monkeypatch.setattr(mod, "pick_free_port", pick_then_lose)
+    b = LocalBroker(tmp_path / "raced", die_with_parent=True)
+    try:
+        bootstrap = b.start(timeout=90)
+        assert taken and bootstrap != f"127.0.0.1:{taken[0]}"
+        assert AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).brokers
+    finally:
+        b.stop()
+        thief.close()
+
+
 def test_a_record_reader_reads_single_records_at_their_offsets(kafka_bootstrap, topic_factory):
     """``RecordReader`` (a snapshot brought back into memory): the record at each offset asked for,
     in any order and partition, through one consumer kept open; None past the end."""
