@@ -378,6 +378,16 @@ def port_is_free(port: int, host: str = LOOPBACK) -> bool:
 #: one test process's session broker was lost so, and 85 tests with it)
 PORT_ATTEMPTS = 3
 
+def lost_a_port(log_file: Path) -> bool:
+    """Whether the broker whose log (written anew at each start) is ``log_file`` could not bind a
+    port: in use when the JVM bound it."""
+    try:
+        text = log_file.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return "Address already in use" in text
+
+
 #: where :func:`pick_free_port` looks first: below Linux's ephemeral range (32768-60999), from
 #: which every outgoing connection takes its local port (a port the OS handed out with ``bind(0)``
 #: may be taken so before the server binds it), and above Ray's worker ports (10002-19999)
@@ -868,11 +878,7 @@ class LocalBroker:
 
     def _lost_a_port(self) -> bool:
         """Whether the last start failed because a port was in use when the JVM bound it."""
-        try:
-            text = self.log_file.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return False
-        return "Address already in use" in text
+        return lost_a_port(self.log_file)
 
     def _start_once(self, java: str, libs: Path, record: Mapping[str, Any], timeout: float) -> str:
         """One start (under the data directory's lock) on ports from :meth:`_choose_ports`."""

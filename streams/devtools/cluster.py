@@ -44,6 +44,7 @@ from streams.devtools.broker import (
     BrokerError,
     BrokerStartFailed,
     BrokerStartTimeout,
+    PORT_ATTEMPTS,
     LocalBroker,
     PortInUse,
     _file_lock,
@@ -52,6 +53,7 @@ from streams.devtools.broker import (
     default_data_dir,
     find_java,
     kafka_version,
+    lost_a_port,
     new_cluster_id,
     pick_free_port,
     port_is_free,
@@ -344,18 +346,30 @@ class LocalCluster:
                 raise BrokerError(f"the cluster in {self.data_dir} was set up {what}; start it the same way "
                                   "or use another --data-dir")
             running = [n for n in self.nodes if n.pid is not None]
-            if running:  # a partial cluster: keep its ports, start the missing nodes
-                ports = [(n.port, n.controller_port) for n in self.nodes]
-            else:
-                ports = self._choose_ports(record)
-            cluster_id = str(record.get("cluster_id") or new_cluster_id())
-            self.nodes = self._make_nodes(ports, cluster_id)
             java, libs = find_java(), resolve_jars(self.version, self.cache_dir)
-            self._save(cluster_id)
-            self._format_all(java, libs)
-            procs = [p for p in (n.launch(java, libs) for n in self.nodes) if p is not None]
-            self._save(cluster_id, started_at=time.time())
-            self._await_all(timeout, procs)
+            cluster_id = str(record.get("cluster_id") or new_cluster_id())
+            for attempt in range(1, PORT_ATTEMPTS + 1):
+                if running:  # a partial cluster: keep its ports, start the missing nodes
+                    ports = [(n.port, n.controller_port) for n in self.nodes]
+                else:
+                    ports = self._choose_ports(record)
+                self.nodes = self._make_nodes(ports, cluster_id)
+                self._save(cluster_id)
+                try:
+                    self._format_all(java, libs)
+                    procs = [p for p in (n.launch(java, libs) for n in self.nodes) if p is not None]
+                    self._save(cluster_id, started_at=time.time())
+                    self._await_all(timeout, procs)
+                    break
+                except (BrokerStartFailed, PortInUse) as exc:
+                    # ports it picked free were taken before a node bound them (the machine's other
+                    # servers pick ports too: a fault suite's cluster was lost so): pick others
+                    lost = isinstance(exc, PortInUse) or any(lost_a_port(n.log_file) for n in self.nodes)
+                    if attempt == PORT_ATTEMPTS or running or self.port is not None \
+                            or self.controller_port is not None or not lost:
+                        raise
+                    self._kill_all(grace=5.0)  # the nodes launched before one found its port taken
+                    record = {k: v for k, v in record.items() if k != "nodes"}
             if self.secure:
                 self._secure_ready(cluster_id)
             return self.bootstrap

@@ -149,3 +149,34 @@ def test_stop_stops_every_node(cluster: LocalCluster) -> None:
     st = cluster.status()
     assert st["running_nodes"] == 0 and st["bootstrap"] is None
     assert not cluster.stop()
+
+
+def test_a_cluster_whose_picked_port_is_taken_before_a_node_binds_it_picks_others(tmp_path, monkeypatch):
+    """A port picked free can be taken before a node's JVM binds it (the machine's other servers
+    pick ports too): a CI run lost the fault suite's cluster so, and ten tests with it. A cluster
+    that picks its own ports starts again on others."""
+    import socket
+
+    from streams.devtools import cluster as mod
+
+    pick, taken = mod.pick_free_port, []
+    thief = socket.socket()
+
+    def pick_then_lose(exclude=frozenset(), host="127.0.0.1"):
+        port = pick(exclude, host)
+        if not taken:  # the first node's client port is taken right after it was found free
+            thief.bind((host, port))
+            thief.listen()
+            taken.append(port)
+        return port
+
+    monkeypatch.setattr(mod, "pick_free_port", pick_then_lose)
+    c = LocalCluster(tmp_path / "raced", 2, die_with_parent=True)
+    try:
+        bootstrap = c.start(timeout=120)
+        assert taken and f"127.0.0.1:{taken[0]}" not in bootstrap.split(",")
+        md = KafkaSettings(bootstrap).admin().list_topics(timeout=10)
+        assert len(md.brokers) == 2
+    finally:
+        c.stop(timeout=30)
+        thief.close()
