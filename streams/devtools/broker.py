@@ -378,6 +378,7 @@ def port_is_free(port: int, host: str = LOOPBACK) -> bool:
 #: one test process's session broker was lost so, and 85 tests with it)
 PORT_ATTEMPTS = 3
 
+
 def lost_a_port(log_file: Path) -> bool:
     """Whether the broker whose log (written anew at each start) is ``log_file`` could not bind a
     port: in use when the JVM bound it."""
