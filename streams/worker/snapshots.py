@@ -101,7 +101,8 @@ class Round:
     written: dict[str, tuple[bool, int]] = field(default_factory=dict)  # cohort -> (settled, events held)
     offsets: dict[str, int] = field(default_factory=dict)  # cohort -> its record's offset
     idle: list[str] = field(default_factory=list)  # unchanged since their snapshot, nothing on the clock
-    #: written now and quiet for long enough before: they leave memory after it (:meth:`SnapshotStore._quiet_before`)
+    #: written now, and quiet long enough before (:meth:`SnapshotStore._quiet_before`) or on a
+    #: partition gone ``quiet``: they leave memory after it if quiescent
     leaving: list[str] = field(default_factory=list)
     #: its partition had no input for ``--evict-idle-after`` seconds: its quiescent cohorts leave memory after it
     quiet: bool = False
@@ -270,8 +271,8 @@ class SnapshotStore:
             self.quiet_since[cohort] = (now, total)  # its input stopped before this round: quiet from here
             pos = referee.position.get(cohort)
             rnd.written[cohort] = self._send_cohort(cohort, partition, covers, pos, rnd)
-            if self._quiet_before(cohort, covers, pos, per_record):
-                rnd.leaving.append(cohort)
+            if rnd.quiet or self._quiet_before(cohort, covers, pos, per_record):
+                rnd.leaving.append(cohort)  # its partition gone quiet, or itself quiet long before
         rnd.encode_s = time.perf_counter() - t0
         metrics.SNAPSHOT_ENCODE_SECONDS.observe(rnd.encode_s)
         self.last_round[partition] = time.monotonic()
@@ -324,9 +325,6 @@ class SnapshotStore:
         for cohort, (settled, events) in rnd.written.items():
             self.latest[cohort] = Latest(rnd.covers, rnd.offsets[cohort], settled, events)
         evicted = self._evict(sorted(rnd.written), rnd.partition) if self.settings.evict_settled else 0
-        if rnd.quiet:  # the partition had no input for --evict-idle-after: its quiescent cohorts go too
-            evicted += self._evict(sorted(c for c in rnd.written if c in self.referee.engines), rnd.partition,
-                                   settled_only=False)
         if rnd.idle or rnd.leaving:
             evicted += self._evict(rnd.idle + rnd.leaving, rnd.partition, settled_only=False)
         metrics.SNAPSHOTS.inc(len(rnd.written))
