@@ -249,11 +249,18 @@ class LineagePBT(PopulationBasedTraining):
                 + (f"-x{job.exploits}" if job.exploits else ""))
 
     def _written(self, job: TrialJob, path: str, metrics: dict[str, Any]) -> str:
-        """Record the checkpoint directory ``path`` of ``job`` once; its id."""
+        """Record the checkpoint directory ``path`` of ``job`` once; its id. A directory seen again
+        with another iteration holds a new checkpoint (Tune wrote into a directory it had used,
+        :meth:`_past_written_checkpoints`): that one is recorded too, never taken for the old."""
         key = str(Path(path).resolve())
-        if key in self._by_path:
-            return self._by_path[key]
         iteration = int(metrics.get(ITERATION, 0))
+        seen = self._by_path.get(key)
+        if seen is not None:
+            if self.checkpoints[seen].step == iteration:
+                return seen
+            job.outcomes.append(f"checkpoint-overwritten: {seen} (its directory now holds iteration {iteration})")
+            log.error("traintrace: trial %s wrote iteration %d into %s, the directory of its checkpoint %s: "
+                      "that checkpoint is gone", job.job_id, iteration, path, seen)
         ck_id = self.checkpoint_id(job, iteration)
         try:
             h = hash_directory(path)
@@ -378,6 +385,7 @@ class LineagePBT(PopulationBasedTraining):
                 continue
             super()._exploit(tune_controller, trial, candidate)
             self._forget_decision(tune_controller, trial)
+            self._past_written_checkpoints(trial)
             job.exploits += 1
             job.consumed.append(source)
             return
@@ -542,9 +550,12 @@ class LineagePBT(PopulationBasedTraining):
         """Make Tune write the trial's next checkpoint past every ``checkpoint_NNNNNN`` directory the
         trial has. Tune names it from the index of ``trial.storage``, which its driver raises only
         when it registers a checkpoint; the checkpoint of the result at which PBT exploited for the
-        trial was written but never registered, so after a rollback to that very checkpoint the
-        trial's next one was written into it (seen: the target's directory then held the next
-        iteration, and the record's content hash no longer matched). Never raises."""
+        trial was written but, when Tune paused the trial before it registered it, never
+        registered. So the trial's next checkpoint was written into it: after a rollback to that
+        very checkpoint (seen: the target's directory then held the next iteration, and the
+        record's content hash no longer matched), and after the exploit itself (seen in Ray's own
+        ``pbt_function`` example: the exploiter's final checkpoint overwrote its own from before
+        the exploit, and was taken for it). Called after both. Never raises."""
         try:
             storage = trial.storage
             indices = (p.name.removeprefix("checkpoint_") for p in Path(trial.path).iterdir()

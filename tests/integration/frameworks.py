@@ -146,6 +146,30 @@ class CohortRun:
         self.worker.kill()
 
 
+def assert_checkpoints_hold_what_was_recorded(events: list[dict]) -> None:
+    """Every recorded checkpoint whose directory is still there holds what was recorded, and each
+    trial never rolled back finished with its last recorded checkpoint. (Ray Tune wrote an exploiter's
+    final checkpoint into the trial's own directory from before the exploit, in one run of its
+    ``pbt_function`` example in fifteen: it was taken for that one, and the trial finished with
+    nothing recorded after the exploit.)"""
+    from urllib.parse import unquote, urlparse
+
+    from streams.client.hashing import hash_directory
+
+    last: dict[str, str] = {}
+    for e in events:
+        if e["type"] != "CheckpointWritten":
+            continue
+        last[e["job_id"]] = e["checkpoint_id"]
+        path = Path(unquote(urlparse(e["uri"]).path))
+        if path.exists():
+            assert hash_directory(path) == e["content_hash"], (e["checkpoint_id"], "its directory was written again")
+    rolled = {e["job_id"] for e in events if e["type"] == "RolledBack"}  # may finish on what it restored
+    finals = {e["job_id"]: e["final_checkpoint_id"] for e in events if e["type"] == "JobFinished"
+              and e["job_id"] not in rolled}
+    assert finals == {j: last.get(j) for j in finals}, (finals, last)
+
+
 @contextlib.contextmanager
 def exclusive(name: str) -> Iterator[None]:
     """Hold a lock shared by every pytest process of this machine (``scripts/test`` runs several):

@@ -36,7 +36,7 @@ tune = pytest.importorskip("ray.tune")
 
 from streams.client.hashing import hash_directory  # noqa: E402
 from streams.integrations.ray_tune import LineagePBT  # noqa: E402
-from tests.integration.frameworks import exclusive  # noqa: E402
+from tests.integration.frameworks import assert_checkpoints_hold_what_was_recorded, exclusive  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -195,6 +195,7 @@ def test_every_pbt_exploit_is_recorded(ray_cluster, lineage_cohort, tmp_path):
     finished = [e for e in events if e["type"] == "JobFinished"]
     assert sorted(e["job_id"] for e in finished) == sorted(pbt.jobs)
     assert run.rollbacks() == {}
+    assert_checkpoints_hold_what_was_recorded(events)
     run.assert_audits_clean()
 
 
@@ -221,6 +222,7 @@ def test_a_diverged_trial_is_rolled_back_through_rays_restore(ray_cluster, linea
     assert after[-1]["step"] == ITERS and all(e["loss"] < 10 for e in after)
     assert any(e["step"] == ITERS and e["incarnation"] == 1 for e in mine if e["type"] == "CheckpointWritten")
     assert mine[-1]["type"] == "JobFinished" and mine[-1]["status"] == "SUCCEEDED"
+    assert_checkpoints_hold_what_was_recorded(events)
     run.assert_audits_clean()
 
 
@@ -268,6 +270,7 @@ def test_num_to_keep_rotates_through_the_referee_and_keeps_the_target(ray_cluste
     from streams.testing.invariants import alert_records
 
     assert "DELETED_PINNED" not in {a["kind"] for a in alert_records(run.bootstrap, run.topics)}
+    assert_checkpoints_hold_what_was_recorded(events)
     run.assert_audits_clean()
 
 
@@ -361,6 +364,7 @@ def test_an_exploit_of_a_diverged_trial_is_rolled_back_too(ray_cluster, lineage_
                                         (tmp_path / "starts.txt").read_text(), jobs[j].outcomes)
         assert mine[-1]["type"] == "JobFinished" and mine[-1]["status"] == "SUCCEEDED"
     # (d)
+    assert_checkpoints_hold_what_was_recorded(events)
     assert_audits_clean(run, config)
 
 
@@ -455,4 +459,5 @@ def test_an_exploit_of_a_tainted_checkpoint_is_refused_and_another_taken(
     assert [(r.checkpoint_id, r.step) for r in jobs[p].restores] == [(f"{p}-2", 2)]
     finished = {e["job_id"]: e["status"] for e in events if e["type"] == "JobFinished"}
     assert finished == {j: "SUCCEEDED" for j in jobs}
+    assert_checkpoints_hold_what_was_recorded(events)
     assert_audits_clean(run, config)

@@ -111,6 +111,7 @@ def recorded_exploits(events: list[dict]) -> list[tuple[str, str]]:
 @pytest.mark.parametrize("example", ["pbt_function", "pbt_example"])
 def test_rays_own_example_runs_healthy_with_no_plan(lineage_cohort, tmp_path, example):
     from streams.core.state import Config
+    from tests.integration.frameworks import assert_checkpoints_hold_what_was_recorded
 
     # a detector window of 3 (the smoke test has 10 iterations): were the rising accuracy taken
     # for a loss, its rise would pass the spike rule within the run
@@ -142,11 +143,13 @@ def test_rays_own_example_runs_healthy_with_no_plan(lineage_cohort, tmp_path, ex
     assert recorded_exploits(events) == pairs
     finished = {e["job_id"]: e["status"] for e in events if e["type"] == "JobFinished"}
     assert finished == {j: "SUCCEEDED" for j in report["jobs"]}
+    assert_checkpoints_hold_what_was_recorded(events)
     run.assert_audits_clean(Config(window=3))
 
 
 def test_rays_own_example_with_a_nan_rolls_back_the_trial_and_its_exploiters(lineage_cohort, tmp_path):
     from streams.core.state import Config
+    from tests.integration.frameworks import assert_checkpoints_hold_what_was_recorded
 
     run = lineage_cohort(extra_args=["--taint-margin", "1"])
     report = run_example(run, tmp_path, "pbt_function", nan_at=6, runs=12)
@@ -177,7 +180,9 @@ def test_rays_own_example_with_a_nan_rolls_back_the_trial_and_its_exploiters(lin
                     and e["source_checkpoint_id"] == tainted_source)
         after = {e["checkpoint_id"] for e in mine if e["type"] == "CheckpointWritten" and e["seq"] > took}
         assert after <= set(ids), (j, after, ids)
-        assert j in live or after, (j, "finished before the divergence, yet wrote nothing after the exploit")
+        assert j in live or after, (j, "finished before the divergence, yet wrote nothing after the exploit",
+                                    [(e["seq"], e["type"], e.get("step"), e.get("checkpoint_id")) for e in mine],
+                                    report["output"])
         assert mine[-1]["type"] == "JobFinished", (j, mine[-1])
     for j in sorted(rolled & set(live)):
         mine = [e for e in events if e["job_id"] == j]
@@ -194,4 +199,5 @@ def test_rays_own_example_with_a_nan_rolls_back_the_trial_and_its_exploiters(lin
     assert plans["halts"] == [], plans
     finished = {e["job_id"] for e in events if e["type"] == "JobFinished"}
     assert finished == set(report["jobs"])
+    assert_checkpoints_hold_what_was_recorded(events)
     run.assert_audits_clean(Config(taint_margin=1))
