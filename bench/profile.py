@@ -103,5 +103,20 @@ def print_summary(s: dict, title: str) -> None:
         print(f"  {100 * share:5.1f} %  {frame}")
 
 
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Where a profiled worker's event loop spent its time: the "
+                                 "collapsed stacks ``bench_pipeline.py --profile DIR`` wrote (DIR/worker0.txt).")
+    ap.add_argument("stacks", type=Path, help="a collapsed-stacks file of py-spy (--format raw)")
+    args = ap.parse_args(argv)
+    if not args.stacks.is_file():
+        print(f"profile: {args.stacks}: no such file (bench_pipeline.py --profile DIR writes DIR/worker0.txt)",
+              file=sys.stderr)
+        return 2
+    print_summary(summary(args.stacks), str(args.stacks))
+    return 0
+
+
 if __name__ == "__main__":
-    print_summary(summary(Path(sys.argv[1])), sys.argv[1])
+    sys.exit(main())
