@@ -256,8 +256,8 @@ class LineagePBT(PopulationBasedTraining):
         iteration = int(metrics.get(ITERATION, 0))
         seen = self._by_path.get(key)
         if seen is not None:
-            if self.checkpoints[seen].step == iteration:
-                return seen
+            if ITERATION not in metrics or self.checkpoints[seen].step == iteration:
+                return seen  # the same checkpoint (a result without an iteration says nothing else)
             job.outcomes.append(f"checkpoint-overwritten: {seen} (its directory now holds iteration {iteration})")
             log.error("traintrace: trial %s wrote iteration %d into %s, the directory of its checkpoint %s: "
                       "that checkpoint is gone", job.job_id, iteration, path, seen)

@@ -75,6 +75,7 @@ def test_a_checkpoint_directory_written_into_again_is_a_new_checkpoint(tmp_path)
     d = _checkpoint(job, 0, '{"step": 5}')
     first = pbt._written(job, d, {"training_iteration": 5})
     assert pbt._written(job, d, {"training_iteration": 5}) == first  # the same checkpoint, seen again
+    assert pbt._written(job, d, {}) == first  # a result that names no iteration says nothing else
     assert [w[0] for w in job.client.written] == [first]
 
     _checkpoint(job, 0, '{"step": 10}')  # Tune wrote iteration 10 into the same directory
