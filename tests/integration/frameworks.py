@@ -149,8 +149,8 @@ class CohortRun:
 def assert_checkpoints_hold_what_was_recorded(events: list[dict]) -> None:
     """Every recorded checkpoint whose directory is still there holds what was recorded, and each
     trial never rolled back finished with its last recorded checkpoint. (Ray Tune wrote an exploiter's
-    final checkpoint into the trial's own directory from before the exploit, in one run of its
-    ``pbt_function`` example in fifteen: it was taken for that one, and the trial finished with
+    final checkpoint into the trial's own directory from before the exploit, in 1 run of its
+    ``pbt_function`` example in 18: it was taken for that one, and the trial finished with
     nothing recorded after the exploit.)"""
     from urllib.parse import unquote, urlparse
 

@@ -1,7 +1,7 @@
 """Tune can write a trial's next checkpoint into a directory the trial already used: it names the
 directory from the index of ``trial.storage``, which its driver raises only when it registers a
 checkpoint, and the checkpoint of the result at which PBT exploited for a trial is not always
-registered. Seen in Ray's own ``pbt_function`` example (about one run in fifteen): the exploiter's
+registered. Seen in Ray's own ``pbt_function`` example (1 run in 18 here): the exploiter's
 final checkpoint overwrote its own from before the exploit, was taken for it, and the trial
 finished with no checkpoint recorded after the exploit."""
 
@@ -104,6 +104,6 @@ def test_an_exploit_moves_the_exploiters_next_checkpoint_past_its_own_directorie
 
     pbt._exploit(None, exploiter.trial, source.trial)
 
-    assert cloned == [source.trial] and exploiter.consumed == ["job-top-5"]
+    assert cloned == [source.trial] and exploiter.client.consumed_ids == exploiter.consumed == ["job-top-5"]
     # Tune adds one before it writes: the next checkpoint goes to checkpoint_000001, not into _000000
     assert exploiter.trial.storage.current_checkpoint_index == 0
