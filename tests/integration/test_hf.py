@@ -41,6 +41,7 @@ from streams.integrations.hf import (  # noqa: E402
     load_folder_weights,
     train_under_control,
 )
+from tests.integration.frameworks import assert_checkpoints_hold_what_was_recorded  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -214,4 +215,5 @@ def test_hf_trainer_cohort_rollback_through_resume_from_checkpoint(lineage_cohor
     for e in events:
         if e["type"] == "CheckpointWritten":
             assert hash_directory(e["uri"].removeprefix("file://")) == e["content_hash"], e["checkpoint_id"]
+    assert_checkpoints_hold_what_was_recorded(events, finals=False)
     run.assert_audits_clean()

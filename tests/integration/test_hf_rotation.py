@@ -35,6 +35,7 @@ from streams.client.restored import Restored  # noqa: E402
 from streams.integrations.hf import TraintraceCallback, base_model_of, consume, train_under_control  # noqa: E402
 
 from tests.integration.test_hf import Tokens, tiny_gpt2  # noqa: E402
+from tests.integration.frameworks import assert_checkpoints_hold_what_was_recorded  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -146,6 +147,7 @@ def test_hf_trainer_as_users_configure_it_restores_what_rotation_left(lineage_co
 
     kinds = [(a["kind"], a.get("job_id")) for a in alert_records(run.bootstrap, run.topics)]
     assert ("RESTORE_SUBSTITUTED", "C") in kinds, kinds
+    assert_checkpoints_hold_what_was_recorded(events, finals=False)
     run.assert_audits_clean()
 
 
@@ -205,4 +207,5 @@ def test_hf_rotation_through_the_referee_keeps_the_rollback_target(lineage_cohor
 
     kinds = [a["kind"] for a in alert_records(run.bootstrap, run.topics)]
     assert "DELETED_PINNED" not in kinds and "RESTORE_SUBSTITUTED" not in kinds, kinds
+    assert_checkpoints_hold_what_was_recorded(events, finals=False)
     run.assert_audits_clean()

@@ -32,6 +32,7 @@ from streams.integrations.lightning import (  # noqa: E402
     fit_under_control,
     read_lightning_checkpoint,
 )
+from tests.integration.frameworks import assert_checkpoints_hold_what_was_recorded  # noqa: E402
 
 pytestmark = pytest.mark.integration
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -185,4 +186,5 @@ def test_lightning_cohort_rollback_through_ckpt_path(lineage_cohort, tmp_path):
     assert not {"A-16", "B-16"} & written  # nothing saved after a divergence
     progress = [e for e in events if e["type"] == "Progress" and e["job_id"] == "C"]
     assert all(e["lr"] is not None and e["grad_norm"] is not None for e in progress)
+    assert_checkpoints_hold_what_was_recorded(events, finals=False)
     run.assert_audits_clean()

@@ -29,6 +29,7 @@ from pytorch_lightning.demos.boring_classes import BoringModel  # noqa: E402
 
 from streams.client.restored import Restored  # noqa: E402
 from streams.integrations.lightning import LineageCheckpoint, TraintraceCallback, fit_under_control  # noqa: E402
+from tests.integration.frameworks import assert_checkpoints_hold_what_was_recorded  # noqa: E402
 
 pytestmark = pytest.mark.integration
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -140,6 +141,7 @@ def test_boring_model_with_the_users_model_checkpoint_and_rotation(lineage_cohor
     assert not [e for e in mine if e["type"] == "DivergenceReported"]
     assert mine[-1]["type"] == "JobFinished" and mine[-1]["status"] == "SUCCEEDED"
     assert run.plans()["plans"] == []
+    assert_checkpoints_hold_what_was_recorded(events, finals=False)
     run.assert_audits_clean(Config(spike_factor=50.0))
 
 
@@ -203,4 +205,5 @@ def test_save_top_k_through_the_referee_keeps_the_rollback_target(lineage_cohort
 
     kinds = [a["kind"] for a in alert_records(run.bootstrap, run.topics)]
     assert "DELETED_PINNED" not in kinds and "RESTORE_SUBSTITUTED" not in kinds, kinds
+    assert_checkpoints_hold_what_was_recorded(events, finals=False)
     run.assert_audits_clean(Config(spike_factor=50.0))

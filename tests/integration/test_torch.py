@@ -23,6 +23,7 @@ torch = pytest.importorskip("torch")
 
 from streams.client import GateRefused  # noqa: E402
 from streams.integrations.torch import TorchLineage, read_checkpoint  # noqa: E402
+from tests.integration.frameworks import assert_checkpoints_hold_what_was_recorded  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -145,6 +146,7 @@ def test_torch_cohort_rollback_through_the_restore_path(lineage_cohort, tmp_path
     assert consumed == [("B", "A-12", "PBT_EXPLOIT"), ("C", "A-4", "MERGE")]
     written = {e["checkpoint_id"] for e in events if e["type"] == "CheckpointWritten"}
     assert {"A-12", "A-12-i1", "B-16-i1", "C-16"} <= written
+    assert_checkpoints_hold_what_was_recorded(events, finals=False)
     run.assert_audits_clean()
 
 
