@@ -158,6 +158,7 @@ def assert_checkpoints_hold_what_was_recorded(events: list[dict], finals: bool =
     from streams.client.hashing import hash_path
 
     last: dict[str, str] = {}
+    checked = 0
     for e in events:
         if e["type"] != "CheckpointWritten":
             continue
@@ -165,6 +166,8 @@ def assert_checkpoints_hold_what_was_recorded(events: list[dict], finals: bool =
         path = Path(unquote(urlparse(e["uri"]).path))
         if path.exists():
             assert hash_path(path) == e["content_hash"], (e["checkpoint_id"], "its files were written again")
+            checked += 1
+    assert checked or not last, "no recorded checkpoint is on disk any more: nothing was checked"
     if not finals:
         return
     rolled = {e["job_id"] for e in events if e["type"] == "RolledBack"}  # may finish on what it restored
