@@ -866,7 +866,7 @@ class LocalBroker:
                 try:
                     return self._start_once(java, libs, record, timeout)
                 except BrokerStartFailed:
-                    if attempt == PORT_ATTEMPTS or not self._picks_ports() or not self._lost_a_port():
+                    if attempt == PORT_ATTEMPTS or not self._picks_ports() or not lost_a_port(self.log_file):
                         raise
                     # the ports it picked were free, then taken before the JVM bound them (the
                     # machine's other servers pick ports too): pick others
@@ -876,10 +876,6 @@ class LocalBroker:
     def _picks_ports(self) -> bool:
         """Whether this broker picks its own ports (none given, not a node of a static quorum)."""
         return self.port is None and self.controller_port is None and self.quorum_voters is None
-
-    def _lost_a_port(self) -> bool:
-        """Whether the last start failed because a port was in use when the JVM bound it."""
-        return lost_a_port(self.log_file)
 
     def _start_once(self, java: str, libs: Path, record: Mapping[str, Any], timeout: float) -> str:
         """One start (under the data directory's lock) on ports from :meth:`_choose_ports`."""
