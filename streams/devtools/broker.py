@@ -38,7 +38,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -47,6 +46,7 @@ from typing import Any
 
 from streams.devtools import class_share
 from streams.devtools import secure as _secure
+from streams.devtools.lifetime import die_with_parent
 from streams.kafka.errors import KafkaAdapterError
 
 __all__ = [
@@ -648,16 +648,6 @@ def _pid_alive(pid: int, marker: str | None = None) -> bool:
     return "kafka.Kafka" in cmdline and marker in cmdline  # a zombie has an empty cmdline
 
 
-def _set_pdeathsig() -> None:  # pragma: no cover - runs in the child
-    """Linux: ask for SIGTERM when the parent dies (tests must not leak JVMs)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
-
-
 # --------------------------------------------------------------------------- readiness
 
 
@@ -1019,7 +1009,7 @@ class LocalBroker:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
-                preexec_fn=_set_pdeathsig if self.die_with_parent and sys.platform == "linux" else None,
+                preexec_fn=die_with_parent(any_thread=True) if self.die_with_parent else None,
             )
         return self._proc
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from confluent_kafka import TopicPartition
 
+from streams.devtools import lifetime
 from streams.kafka.retry import retry_transient
 from streams.kafka.settings import KafkaSettings
 from streams.kafka.topics import TopicNames, delete_run
@@ -54,6 +55,10 @@ class WorkerProcess:
     #: ``traintrace`` script of another environment, with ``cwd`` outside any source tree
     command: list[str] = field(default_factory=lambda: [sys.executable, "-m", "streams"])
     cwd: Path | None = None
+    #: the worker gets SIGTERM when the process that started it dies without stopping it (a
+    #: crashed test process, a benchmark killed): :mod:`streams.devtools.lifetime`. Only a worker
+    #: started from the main thread is tied to it
+    die_with_parent: bool = True
     #: where this run's output starts in ``log_path`` (the log is appended to over restarts)
     _log_start: int = field(default=0, init=False, repr=False)
 
@@ -67,7 +72,8 @@ class WorkerProcess:
                "--data-dir", str(self.data_dir), "--web-port", str(self.web_port), *self.extra_args]
         env = {**os.environ, **self.env}
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.cwd,
-                                     start_new_session=True)
+                                     start_new_session=True,
+                                     preexec_fn=lifetime.die_with_parent() if self.die_with_parent else None)
         log.close()
         return self
 
