@@ -57,6 +57,30 @@ def gauges(w: WorkerProcess) -> dict[str, float]:
     return {name: w.metric(f"traintrace_{name}") for name in ("cohorts", "cohorts_resting")}
 
 
+#: seconds the whole run may take before the bench gives up on the worker
+DEADLINE_S = 900
+
+
+def until(w: WorkerProcess, count: int, t0: float, produced: int) -> None:
+    """Until the worker has folded ``count`` events. A worker busy with a batch may answer
+    ``/health`` late: that is "not yet", not a failure; a run past :data:`DEADLINE_S` is one."""
+    done = 0.0
+    while done < count:
+        if w.proc is not None and w.proc.poll() is not None:
+            raise SystemExit(f"the worker exited ({w.proc.returncode}) after folding {done:.0f} of {produced} "
+                             f"events; the end of its log:\n{w.log_tail(20)}")
+        if time.monotonic() - t0 > DEADLINE_S:
+            raise SystemExit(f"the worker folded only {done:.0f} of {produced} events in {DEADLINE_S} s")
+        try:
+            done = w.folded()
+        except OSError:  # URLError, a timeout, a refused connection: asked again
+            pass
+        else:
+            if done >= count:
+                return
+        time.sleep(0.2)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bootstrap", default=None)
@@ -99,13 +123,9 @@ def main() -> int:
                         n += produce_events(bootstrap, topics.events,
                                             (d for _i, d in zip(range(args.events - first), events)))
                     mark = args.first if phase == 1 else n
-                    while w.folded() < mark:
-                        if time.monotonic() - t0 > 900:
-                            raise SystemExit(f"the worker folded only {w.folded():.0f} of {n} events")
-                        time.sleep(0.2)
+                    until(w, mark, t0, n)
                     in_flight[mark] = rss_kib(w.proc.pid)
-                    while w.folded() < n:
-                        time.sleep(0.2)
+                    until(w, n, t0, n)
                     time.sleep(args.settle)
                     settled[mark] = rss_kib(w.proc.pid)
                     cohorts[mark] = gauges(w)
