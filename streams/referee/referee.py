@@ -28,7 +28,7 @@ a recovering worker re-publishes a command byte for byte.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, MutableSet, Sequence
 
 from streams.control.commands import PLAN_RECORDS, ControlCommand, plan_content
 from streams.core.commitment import build_commitment, commitment_root, concurrency_snapshot
@@ -82,7 +82,8 @@ class Referee:
         self.versions: dict[str, int] = {}
         self.incident_cohort: dict[str, str] = {}
         self.snapshots: dict[str, list[dict[str, Any]]] = {}
-        self.published: set[str] = set()
+        #: every command id on lineage.control (a worker keeps it in a RocksDB: streams.worker.rocks)
+        self.published: MutableSet[str] = set()
         #: job -> (command_id, content) of the job's plan record in force on lineage.control
         #: (:func:`streams.control.commands.plan_content`): a plan whose content changes under
         #: the same id is published again (the module doc)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import marshal
-import shutil
 import sys
 import threading
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any, MutableMapping
 
 from streams.codec import Codec, DecodeError
 from streams.kafka.reader import follow_batches
+from streams.worker.rocks import open_rdict
 from streams.worker.settings import WorkerSettings
 
 log = logging.getLogger("traintrace.worker")
@@ -114,23 +114,9 @@ class DiskView(MutableMapping[str, tuple]):
     memtable."""
 
     def __init__(self, path: Path) -> None:
-        from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteOptions
-
-        shutil.rmtree(path, ignore_errors=True)  # what the topic says now, not what it said before
-        path.parent.mkdir(parents=True, exist_ok=True)
-        opts = Options(raw_mode=True)
-        opts.create_if_missing(True)
         # small memtables and a small block cache: 150k checkpoints (a 1M-event history) cost a
         # worker +4 MB with these, +18 MB with 4 MB memtables and RocksDB's default cache (issue 27)
-        opts.set_write_buffer_size(1024 * 1024)
-        opts.set_max_write_buffer_number(2)
-        table = BlockBasedOptions()
-        table.set_block_cache(Cache(2 * 1024 * 1024))
-        opts.set_block_based_table_factory(table)
-        self.db = Rdict(str(path), opts)
-        wo = WriteOptions()
-        wo.disable_wal = True
-        self.db.set_write_options(wo)
+        self.db = open_rdict(path, write_buffer=1024 * 1024, cache=2 * 1024 * 1024)
         self.n = 0
 
     def __getitem__(self, key: str) -> tuple:

@@ -3,8 +3,9 @@
 Faust keeps its files under the data directory, and the worker keeps no Faust table (the
 router's map is :mod:`streams.worker.jobmap`, read from Kafka at every assignment; the
 referee's state is rebuilt from ``lineage.by-cohort``), so nothing in it is a cache that could
-disagree with the Kafka log (the checkpoint view's RocksDB, ``checkpoint-view/``, is emptied and
-refilled from ``lineage.checkpoints`` at every start). What is checked is ownership: :func:`prepare_data_dir`, called
+disagree with the Kafka log (the RocksDBs of :mod:`streams.worker.rocks` are emptied at every
+start: the checkpoint view's, ``checkpoint-view/``, is refilled from ``lineage.checkpoints``; the
+command ids on ``lineage.control``, ``published-commands/``, from that topic at each takeover). What is checked is ownership: :func:`prepare_data_dir`, called
 once at worker start before the Faust app is created,
 
 - refuses with a one-line :class:`DataDirError` when the directory belongs to another app id

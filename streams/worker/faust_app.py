@@ -54,6 +54,7 @@ from streams.worker.housekeeping import Housekeeping
 from streams.worker.jobmap import JobCohortMap
 from streams.worker.outbox import Outbox
 from streams.worker.recovery import Takeover
+from streams.worker.rocks import open_disk_set
 from streams.worker.sentinel import ControlSentinel, sentinel_keyring
 from streams.worker.settings import WorkerSettings
 from streams.worker.snapshots import SnapshotStore
@@ -291,6 +292,10 @@ def create_app(settings: WorkerSettings) -> faust.App:
     @app.task
     async def start_views() -> None:
         ckview.start()
+        if settings.store.startswith("rocksdb"):  # every command id on lineage.control, out of memory
+            published = open_disk_set(settings.data_dir / "published-commands", referee.published)
+            if published is not None:
+                referee.published = published
         snapshots.resting.start()
         if sentinel is not None:
             sentinel.start()

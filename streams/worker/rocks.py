@@ -1,0 +1,93 @@
+"""The worker's RocksDBs: caches of a topic it rebuilds at every start, kept out of memory.
+
+What a worker must remember of its whole history (the checkpoint view of
+``lineage.checkpoints``: :mod:`streams.worker.checkpoint_view`; every command id on
+``lineage.control``: :class:`DiskSet`) would otherwise grow with everything that ever
+happened (issue 27). Each lives in a RocksDB under the data directory, opened empty (what the
+topic says now, not what it said before), without a write-ahead log (the topic is the record)
+and with small memtables and a small block cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Iterable, Iterator, MutableSet
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("traintrace.worker")
+
+
+def open_rdict(path: Path, write_buffer: int = 1024 * 1024, cache: int = 2 * 1024 * 1024) -> Any:
+    """An empty RocksDB at ``path`` (anything there before is removed), raw keys and values,
+    no write-ahead log, two memtables of ``write_buffer`` bytes and a block cache of ``cache``."""
+    from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteOptions
+
+    shutil.rmtree(path, ignore_errors=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    opts = Options(raw_mode=True)
+    opts.create_if_missing(True)
+    opts.set_write_buffer_size(write_buffer)
+    opts.set_max_write_buffer_number(2)
+    table = BlockBasedOptions()
+    table.set_block_cache(Cache(cache))
+    opts.set_block_based_table_factory(table)
+    db = Rdict(str(path), opts)
+    wo = WriteOptions()
+    wo.disable_wal = True  # type: ignore[method-assign, assignment]  # a property at run time; the stubs say a method
+    db.set_write_options(wo)
+    return db
+
+
+class DiskSet(MutableSet[str]):
+    """A set of strings in a RocksDB (keys only). A lookup costs a few microseconds: for sets
+    asked once in a while (a command about to be published), not once an event."""
+
+    def __init__(self, path: Path, write_buffer: int = 256 * 1024, cache: int = 256 * 1024) -> None:
+        self.db = open_rdict(path, write_buffer, cache)
+        self.n = 0
+
+    def __contains__(self, item: object) -> bool:
+        return isinstance(item, str) and self.db.get(item.encode()) is not None
+
+    def add(self, item: str) -> None:
+        k = item.encode()
+        if self.db.get(k) is None:
+            self.n += 1
+            self.db.put(k, b"")
+
+    def discard(self, item: str) -> None:
+        k = item.encode()
+        if self.db.get(k) is not None:
+            self.n -= 1
+            self.db.delete(k)
+
+    def update(self, items: Iterable[str]) -> None:
+        for item in items:
+            self.add(item)
+
+    def __ior__(self, items: Iterable[Any]) -> "DiskSet":  # type: ignore[misc]
+        self.update(items)
+        return self
+
+    def __iter__(self) -> Iterator[str]:
+        return (k.decode() for k in self.db.keys())
+
+    def __len__(self) -> int:
+        return self.n
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def open_disk_set(path: Path, now: Iterable[str] = ()) -> MutableSet[str] | None:
+    """A :class:`DiskSet` at ``path`` holding ``now``, or None (logged) when RocksDB cannot be
+    opened there: the caller keeps its set in memory then."""
+    try:
+        disk = DiskSet(path)
+    except Exception as exc:  # noqa: BLE001 - best effort: the worker runs on without RocksDB
+        log.warning("cannot open a RocksDB at %s (%s): the set is kept in memory instead", path, exc)
+        return None
+    disk.update(now)
+    return disk

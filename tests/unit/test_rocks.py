@@ -1,0 +1,65 @@
+"""The worker's RocksDB-backed set (:mod:`streams.worker.rocks`): every command id on
+``lineage.control`` kept out of memory, so a worker's memory does not grow with every command it
+ever published (issue 27)."""
+
+from __future__ import annotations
+
+import pytest
+
+from streams.referee.referee import Referee
+from streams.worker.rocks import DiskSet, open_disk_set
+from tests.unit.test_referee import routed_events, run
+from tests.unit.vectors import load_lines
+
+
+def test_a_disk_set_is_a_set(tmp_path):
+    s = DiskSet(tmp_path / "s")
+    assert "a" not in s and len(s) == 0
+    s.add("a")
+    s.add("a")
+    s |= {"b", "c"}
+    assert len(s) == 3 and "a" in s and "b" in s and set(s) == {"a", "b", "c"}
+    s.discard("b")
+    s.discard("zz")
+    assert set(s) == {"a", "c"} and len(s) == 2
+    assert 3 not in s  # not a string: never in it
+    s.close()
+
+
+def test_a_disk_set_opens_empty_the_topic_fills_it_again(tmp_path):
+    first = DiskSet(tmp_path / "s")
+    first.add("kept-before")
+    first.close()
+    again = open_disk_set(tmp_path / "s", ["learnt-now"])
+    assert again is not None and set(again) == {"learnt-now"}
+
+
+def test_a_disk_set_that_cannot_be_opened_leaves_the_set_in_memory(tmp_path, caplog):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    assert open_disk_set(blocked / "s", ["x"]) is None
+    assert "kept in memory instead" in caplog.text
+
+
+@pytest.mark.parametrize("cut_at", [3, 2])
+def test_a_referee_with_its_published_ids_on_disk_publishes_what_one_in_memory_does(tmp_path, cut_at):
+    """The replay-and-go-on of ``test_referee``: a recovered referee whose published ids are a
+    :class:`DiskSet` publishes exactly what the one that saw everything did, nothing twice."""
+    pairs = list(routed_events(load_lines("14_pbt_cohort")))
+    cut = len(pairs) // cut_at
+    whole = Referee()
+    first = run(whole, pairs[:cut])
+    second = run(whole, pairs[cut:], t0=1_000 + cut)
+
+    recovered = Referee()
+    disk = open_disk_set(tmp_path / "published", recovered.published)
+    assert disk is not None
+    recovered.published = disk
+    recovered.published |= {em.value["command_id"] for em in first if em.topic == "control"}
+    assert run(recovered, pairs[:cut], publish=False) == []
+    again = run(recovered, pairs[cut:], t0=1_000 + cut)
+    assert [(e.topic, e.key, e.record, e.value) for e in again] == [
+        (e.topic, e.key, e.record, e.value) for e in second]
+    assert len(disk) > 0 and set(disk) == set(whole.published)
+    ids = [em.value["command_id"] for em in first + again if em.topic == "control"]
+    assert len(ids) == len(set(ids))
