@@ -28,7 +28,7 @@ a recovering worker re-publishes a command byte for byte.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, MutableSet, Sequence
+from typing import Any, Callable, Mapping, MutableMapping, MutableSet, Sequence
 
 from streams.control.commands import PLAN_RECORDS, ControlCommand, plan_content
 from streams.core.commitment import build_commitment, commitment_root, concurrency_snapshot
@@ -86,8 +86,8 @@ class Referee:
         self.published: MutableSet[str] = set()
         #: job -> (command_id, content) of the job's plan record in force on lineage.control
         #: (:func:`streams.control.commands.plan_content`): a plan whose content changes under
-        #: the same id is published again (the module doc)
-        self.in_force: dict[str, tuple[str, tuple[Any, ...]]] = {}
+        #: the same id is published again (the module doc); a worker keeps it in a RocksDB too
+        self.in_force: MutableMapping[str, tuple[str, tuple[Any, ...]]] = {}
         self.issued: dict[str, tuple[str, str, int]] = {}  # command_id -> (cohort, job, issued ms)
         self._unacked_alerted: set[str] = set()
         self._dirty_cohorts: set[str] = set()

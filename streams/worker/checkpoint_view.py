@@ -10,7 +10,6 @@ worker 3–4 µs of CPU an event, in a thread that held the GIL from the fold (i
 from __future__ import annotations
 
 import logging
-import marshal
 import sys
 import threading
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any, MutableMapping
 
 from streams.codec import Codec, DecodeError
 from streams.kafka.reader import follow_batches
-from streams.worker.rocks import open_rdict
+from streams.worker.rocks import open_disk_map
 from streams.worker.settings import WorkerSettings
 
 log = logging.getLogger("traintrace.worker")
@@ -108,54 +107,10 @@ def _entry(rec: dict[str, Any]) -> tuple[str, str, int, int, bytes | str, tuple[
             content, tuple(map(sys.intern, ids)) if ids else ())
 
 
-class DiskView(MutableMapping[str, tuple]):
-    """A RocksDB of checkpoint id -> entry (``marshal``: the entries are bytes, or tuples of str,
-    int and bytes), without a write-ahead log (it is a cache of the topic) and with a small
-    memtable."""
-
-    def __init__(self, path: Path) -> None:
-        # small memtables and a small block cache: 150k checkpoints (a 1M-event history) cost a
-        # worker +4 MB with these, +18 MB with 4 MB memtables and RocksDB's default cache (issue 27)
-        self.db = open_rdict(path, write_buffer=1024 * 1024, cache=2 * 1024 * 1024)
-        self.n = 0
-
-    def __getitem__(self, key: str) -> tuple:
-        raw = self.db.get(key.encode())
-        if raw is None:
-            raise KeyError(key)
-        return marshal.loads(raw)
-
-    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
-        raw = self.db.get(key.encode())
-        return default if raw is None else marshal.loads(raw)
-
-    def __setitem__(self, key: str, value: tuple) -> None:
-        k = key.encode()
-        if self.db.get(k) is None:
-            self.n += 1
-        self.db.put(k, marshal.dumps(value))
-
-    def __delitem__(self, key: str) -> None:
-        if self.db.get(key.encode()) is None:
-            raise KeyError(key)
-        self.db.delete(key.encode())
-        self.n -= 1
-
-    def __iter__(self):
-        return (k.decode() for k in self.db.keys())
-
-    def __len__(self) -> int:
-        return self.n
-
-    def close(self) -> None:
-        self.db.close()
-
-
 def open_disk_view(path: Path) -> MutableMapping[str, tuple]:
     """The view's RocksDB at ``path``; a dict when RocksDB cannot be opened there (logged: the
-    view then grows with the checkpoints in memory, as with ``--store memory``)."""
-    try:
-        return DiskView(path)
-    except Exception as exc:  # noqa: BLE001 - the view is best effort; the worker runs without RocksDB
-        log.warning("the checkpoint view cannot use RocksDB at %s (%s): kept in memory instead", path, exc)
-        return {}
+    view then grows with the checkpoints in memory, as with ``--store memory``). Small memtables
+    and a small block cache: 150k checkpoints (a 1M-event history) cost a worker +4 MB with
+    these, +18 MB with 4 MB memtables and RocksDB's default cache (issue 27)."""
+    disk = open_disk_map(path, "the checkpoint view", write_buffer=1024 * 1024, cache=2 * 1024 * 1024)
+    return {} if disk is None else disk

@@ -5,7 +5,8 @@ router's map is :mod:`streams.worker.jobmap`, read from Kafka at every assignmen
 referee's state is rebuilt from ``lineage.by-cohort``), so nothing in it is a cache that could
 disagree with the Kafka log (the RocksDBs of :mod:`streams.worker.rocks` are emptied at every
 start: the checkpoint view's, ``checkpoint-view/``, is refilled from ``lineage.checkpoints``; the
-command ids on ``lineage.control``, ``published-commands/``, from that topic at each takeover). What is checked is ownership: :func:`prepare_data_dir`, called
+command ids and plans in force on ``lineage.control``, ``published-commands/`` and
+``plans-in-force/``, from that topic at each takeover). What is checked is ownership: :func:`prepare_data_dir`, called
 once at worker start before the Faust app is created,
 
 - refuses with a one-line :class:`DataDirError` when the directory belongs to another app id

@@ -54,7 +54,7 @@ from streams.worker.housekeeping import Housekeeping
 from streams.worker.jobmap import JobCohortMap
 from streams.worker.outbox import Outbox
 from streams.worker.recovery import Takeover
-from streams.worker.rocks import open_disk_set
+from streams.worker.rocks import open_disk_map, open_disk_set
 from streams.worker.sentinel import ControlSentinel, sentinel_keyring
 from streams.worker.settings import WorkerSettings
 from streams.worker.snapshots import SnapshotStore
@@ -292,10 +292,15 @@ def create_app(settings: WorkerSettings) -> faust.App:
     @app.task
     async def start_views() -> None:
         ckview.start()
-        if settings.store.startswith("rocksdb"):  # every command id on lineage.control, out of memory
-            published = open_disk_set(settings.data_dir / "published-commands", referee.published)
+        if settings.store.startswith("rocksdb"):  # what grows with every command ever published, out of memory
+            published = open_disk_set(settings.data_dir / "published-commands", "the published command ids",
+                                      referee.published)
             if published is not None:
                 referee.published = published
+            in_force = open_disk_map(settings.data_dir / "plans-in-force", "the plans in force", referee.in_force,
+                                     write_buffer=256 * 1024, cache=256 * 1024)
+            if in_force is not None:
+                referee.in_force = in_force
         snapshots.resting.start()
         if sentinel is not None:
             sentinel.start()

@@ -66,9 +66,10 @@ class RestingViews:
     def start(self) -> None:
         """Open the RocksDB (emptied: a cache of the snapshots) with the RocksDB store."""
         if self._store.startswith("rocksdb") and self._data_dir is not None:
-            from streams.worker.checkpoint_view import open_disk_view
+            from streams.worker.rocks import open_disk_map
 
-            old, self.rows = self.rows, open_disk_view(self._data_dir / "resting-views")
+            old = self.rows
+            self.rows = open_disk_map(self._data_dir / "resting-views", "the resting cohorts' views") or {}
             for cohort, value in list(old.items()):  # kept before start (a takeover at once)
                 self.rows[cohort] = value
 

@@ -2,8 +2,8 @@
 
 What a worker must remember of its whole history (the checkpoint view of
 ``lineage.checkpoints``: :mod:`streams.worker.checkpoint_view`; every command id on
-``lineage.control``: :class:`DiskSet`) would otherwise grow with everything that ever
-happened (issue 27). Each lives in a RocksDB under the data directory, opened empty (what the
+``lineage.control`` and each job's plan in force there: the referee's ``published`` and
+``in_force``) would otherwise grow with everything that ever happened (issue 27). Each lives in a RocksDB under the data directory, opened empty (what the
 topic says now, not what it said before), without a write-ahead log (the topic is the record)
 and with small memtables and a small block cache.
 """
@@ -11,8 +11,9 @@ and with small memtables and a small block cache.
 from __future__ import annotations
 
 import logging
+import marshal
 import shutil
-from collections.abc import Iterable, Iterator, MutableSet
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, MutableSet
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,61 @@ def open_rdict(path: Path, write_buffer: int = 1024 * 1024, cache: int = 2 * 102
     wo.disable_wal = True  # type: ignore[method-assign, assignment]  # a property at run time; the stubs say a method
     db.set_write_options(wo)
     return db
+
+
+class DiskMap(MutableMapping[str, Any]):
+    """A RocksDB of string -> value (``marshal``: bytes, str, int, float, None and tuples, lists
+    and dicts of them), for maps looked up once in a while: a checkpoint's entry in the view, a
+    resting cohort's rows, a job's plan in force."""
+
+    def __init__(self, path: Path, write_buffer: int = 1024 * 1024, cache: int = 2 * 1024 * 1024) -> None:
+        self.db = open_rdict(path, write_buffer, cache)
+        self.n = 0
+
+    def __getitem__(self, key: str) -> Any:
+        raw = self.db.get(key.encode())
+        if raw is None:
+            raise KeyError(key)
+        return marshal.loads(raw)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        raw = self.db.get(key.encode())
+        return default if raw is None else marshal.loads(raw)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        k = key.encode()
+        if self.db.get(k) is None:
+            self.n += 1
+        self.db.put(k, marshal.dumps(value))
+
+    def __delitem__(self, key: str) -> None:
+        if self.db.get(key.encode()) is None:
+            raise KeyError(key)
+        self.db.delete(key.encode())
+        self.n -= 1
+
+    def __iter__(self) -> Iterator[str]:
+        return (k.decode() for k in self.db.keys())
+
+    def __len__(self) -> int:
+        return self.n
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def open_disk_map(path: Path, what: str, now: Mapping[str, Any] | None = None,
+                  write_buffer: int = 1024 * 1024, cache: int = 2 * 1024 * 1024) -> MutableMapping[str, Any] | None:
+    """A :class:`DiskMap` at ``path`` holding ``now``, or None (logged, naming ``what``) when
+    RocksDB cannot be opened there: the caller keeps its map in memory then."""
+    try:
+        disk = DiskMap(path, write_buffer, cache)
+    except Exception as exc:  # noqa: BLE001 - best effort: the worker runs on without RocksDB
+        log.warning("%s cannot use RocksDB at %s (%s): kept in memory instead", what, path, exc)
+        return None
+    for key, value in (now or {}).items():
+        disk[key] = value
+    return disk
 
 
 class DiskSet(MutableSet[str]):
@@ -81,13 +137,13 @@ class DiskSet(MutableSet[str]):
         self.db.close()
 
 
-def open_disk_set(path: Path, now: Iterable[str] = ()) -> MutableSet[str] | None:
-    """A :class:`DiskSet` at ``path`` holding ``now``, or None (logged) when RocksDB cannot be
-    opened there: the caller keeps its set in memory then."""
+def open_disk_set(path: Path, what: str, now: Iterable[str] = ()) -> MutableSet[str] | None:
+    """A :class:`DiskSet` at ``path`` holding ``now``, or None (logged, naming ``what``) when
+    RocksDB cannot be opened there: the caller keeps its set in memory then."""
     try:
         disk = DiskSet(path)
     except Exception as exc:  # noqa: BLE001 - best effort: the worker runs on without RocksDB
-        log.warning("cannot open a RocksDB at %s (%s): the set is kept in memory instead", path, exc)
+        log.warning("%s cannot use RocksDB at %s (%s): kept in memory instead", what, path, exc)
         return None
     disk.update(now)
     return disk

@@ -9,7 +9,8 @@ import threading
 import pytest
 
 from streams.codec import Codec
-from streams.worker.checkpoint_view import CheckpointView, DiskView
+from streams.worker.checkpoint_view import CheckpointView
+from streams.worker.rocks import DiskMap
 from streams.worker.settings import WorkerSettings
 
 pytest.importorskip("rocksdict")
@@ -27,7 +28,7 @@ def test_the_last_status_of_a_checkpoint_is_answered_as_it_was_written(tmp_path,
     assert view.status == {} and not any(tmp_path.iterdir())  # nothing on disk before it starts
     view._thread = threading.Thread(target=lambda: None)  # no Kafka: only the store opens
     view.start()
-    assert isinstance(view.status, DiskView if store.startswith("rocksdb") else dict)
+    assert isinstance(view.status, DiskMap if store.startswith("rocksdb") else dict)
     for i in range(200):
         view.put(record(i))
     view.put(record(7, status="TAINTED", ids=["inc-1", "inc-2"]))
@@ -42,7 +43,7 @@ def test_the_last_status_of_a_checkpoint_is_answered_as_it_was_written(tmp_path,
 
 
 def test_the_disk_view_starts_empty_each_time(tmp_path):
-    first = DiskView(tmp_path / "v")
+    first = DiskMap(tmp_path / "v")
     first["a"] = ("OK", "j", 1, 2, b"\x00" * 32, ())
     assert first["a"] == ("OK", "j", 1, 2, b"\x00" * 32, ()) and len(first) == 1 and list(first) == ["a"]
     del first["a"]
@@ -50,7 +51,7 @@ def test_the_disk_view_starts_empty_each_time(tmp_path):
         first["a"]
     first["b"] = ("OK", "j", 1, 2, "x", ("i",))
     first.close()
-    again = DiskView(tmp_path / "v")  # a cache of the topic: refilled from it, never trusted from before
+    again = DiskMap(tmp_path / "v")  # a cache of the topic: refilled from it, never trusted from before
     assert len(again) == 0 and again.get("b") is None
 
 
