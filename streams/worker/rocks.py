@@ -41,14 +41,30 @@ def open_rdict(path: Path, write_buffer: int = 1024 * 1024, cache: int = 2 * 102
     return db
 
 
-class DiskMap(MutableMapping[str, Any]):
+class _Keyed:
+    """A RocksDB of string keys and the count of them (it is opened empty)."""
+
+    def __init__(self, path: Path, write_buffer: int, cache: int) -> None:
+        self.db = open_rdict(path, write_buffer, cache)
+        self.n = 0
+
+    def __iter__(self) -> Iterator[str]:
+        return (k.decode() for k in self.db.keys())
+
+    def __len__(self) -> int:
+        return self.n
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class DiskMap(_Keyed, MutableMapping[str, Any]):
     """A RocksDB of string -> value (``marshal``: bytes, str, int, float, None and tuples, lists
     and dicts of them), for maps looked up once in a while: a checkpoint's entry in the view, a
     resting cohort's rows, a job's plan in force."""
 
     def __init__(self, path: Path, write_buffer: int = 1024 * 1024, cache: int = 2 * 1024 * 1024) -> None:
-        self.db = open_rdict(path, write_buffer, cache)
-        self.n = 0
+        super().__init__(path, write_buffer, cache)
 
     def __getitem__(self, key: str) -> Any:
         raw = self.db.get(key.encode())
@@ -72,15 +88,6 @@ class DiskMap(MutableMapping[str, Any]):
         self.db.delete(key.encode())
         self.n -= 1
 
-    def __iter__(self) -> Iterator[str]:
-        return (k.decode() for k in self.db.keys())
-
-    def __len__(self) -> int:
-        return self.n
-
-    def close(self) -> None:
-        self.db.close()
-
 
 def open_disk_map(path: Path, what: str, now: Mapping[str, Any] | None = None,
                   write_buffer: int = 1024 * 1024, cache: int = 2 * 1024 * 1024) -> MutableMapping[str, Any] | None:
@@ -96,13 +103,12 @@ def open_disk_map(path: Path, what: str, now: Mapping[str, Any] | None = None,
     return disk
 
 
-class DiskSet(MutableSet[str]):
+class DiskSet(_Keyed, MutableSet[str]):
     """A set of strings in a RocksDB (keys only). A lookup costs a few microseconds: for sets
     asked once in a while (a command about to be published), not once an event."""
 
     def __init__(self, path: Path, write_buffer: int = 256 * 1024, cache: int = 256 * 1024) -> None:
-        self.db = open_rdict(path, write_buffer, cache)
-        self.n = 0
+        super().__init__(path, write_buffer, cache)
 
     def __contains__(self, item: object) -> bool:
         return isinstance(item, str) and self.db.get(item.encode()) is not None
@@ -126,15 +132,6 @@ class DiskSet(MutableSet[str]):
     def __ior__(self, items: Iterable[Any]) -> "DiskSet":  # type: ignore[misc]
         self.update(items)
         return self
-
-    def __iter__(self) -> Iterator[str]:
-        return (k.decode() for k in self.db.keys())
-
-    def __len__(self) -> int:
-        return self.n
-
-    def close(self) -> None:
-        self.db.close()
 
 
 def open_disk_set(path: Path, what: str, now: Iterable[str] = ()) -> MutableSet[str] | None:

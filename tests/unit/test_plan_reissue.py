@@ -15,6 +15,8 @@ from collections import Counter
 from functools import cache
 from pathlib import Path
 
+import pytest
+
 from streams.audit.run import audit
 from streams.codec import Codec
 from streams.control.fold import ControlState
@@ -98,9 +100,12 @@ def test_a_notice_whose_list_grew_is_published_again_under_its_id():
     assert len(ids) == len(set(ids))
 
 
-def test_a_takeover_publishes_the_new_content_a_lost_reissue_had():
+@pytest.mark.parametrize("on_disk", [False, True], ids=["in-memory", "rocksdb"])
+def test_a_takeover_publishes_the_new_content_a_lost_reissue_had(on_disk, tmp_path):
     """The old owner's re-issue never got out; the new owner replays, learns what the topic
-    holds (the first version in force) and reconciles: it publishes the new content."""
+    holds (the first version in force) and reconciles: it publishes the new content. The same
+    with the new owner's published ids and plans in force in RocksDBs, as a worker keeps them
+    (streams.worker.rocks)."""
     events = arrival(first_reissue())
     _old, out = fold_live(events)
     cid = reissued(out)[0]
@@ -110,6 +115,13 @@ def test_a_takeover_publishes_the_new_content_a_lost_reissue_had():
     assert topic.plans != offline_plans()
     new, replayed = fold_live(events, publish=False)
     assert replayed == []
+    if on_disk:
+        from streams.worker.rocks import open_disk_map, open_disk_set
+
+        published = open_disk_set(tmp_path / "published", "ids", new.published)
+        in_force = open_disk_map(tmp_path / "in-force", "plans", new.in_force)
+        assert published is not None and in_force is not None
+        new.published, new.in_force = published, in_force
     new.published |= topic.command_ids
     new.learn_in_force(topic.in_force)
     fixed = [em for em in new.reconcile(0, topic.last_plans, 10**9) if em.topic == "control"]

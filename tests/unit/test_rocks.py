@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from streams.referee.referee import Referee
-from streams.worker.rocks import DiskMap, DiskSet, open_disk_map, open_disk_set
+from streams.worker.rocks import DiskMap, DiskSet, open_disk_set
 from tests.unit.test_referee import routed_events, run
 from tests.unit.vectors import load_lines
 
@@ -63,33 +63,6 @@ def test_a_referee_with_its_published_ids_on_disk_publishes_what_one_in_memory_d
     assert len(disk) > 0 and set(disk) == set(whole.published)
     ids = [em.value["command_id"] for em in first + again if em.topic == "control"]
     assert len(ids) == len(set(ids))
-
-
-def test_a_takeover_with_its_plans_in_force_on_disk_publishes_the_new_content_a_lost_reissue_had(tmp_path):
-    """``test_plan_reissue``'s takeover, with the new owner's published ids and plans in force
-    in RocksDBs as a worker keeps them: it publishes the re-issue the old owner lost, once."""
-    from tests.unit.test_plan_reissue import arrival, first_reissue, fold_live, offline_plans, on_topic, reissued
-
-    events = arrival(first_reissue())
-    _old, out = fold_live(events)
-    cid = reissued(out)[0]
-    last = max(i for i, em in enumerate(out) if em.topic == "control" and em.value["command_id"] == cid)
-    sent = [em for i, em in enumerate(out) if em.topic == "control" and i != last]
-    topic = on_topic(sent)
-    new, replayed = fold_live(events, publish=False)
-    assert replayed == []
-    published = open_disk_set(tmp_path / "published", "ids", new.published)
-    in_force = open_disk_map(tmp_path / "in-force", "plans", new.in_force)
-    assert published is not None and in_force is not None
-    new.published, new.in_force = published, in_force
-    new.published |= topic.command_ids
-    new.learn_in_force(topic.in_force)
-    assert len(in_force) > 0
-    fixed = [em for em in new.reconcile(0, topic.last_plans, 10**9) if em.topic == "control"]
-    assert [(em.record, em.value["command_id"]) for em in fixed] == [("QuarantineNotice", cid)]
-    assert on_topic(sent + fixed).plans == offline_plans()
-    new.learn_in_force(on_topic(sent + fixed).in_force)
-    assert [em for em in new.reconcile(0, topic.last_plans, 10**9) if em.topic == "control"] == []
 
 
 def test_a_disk_map_gives_back_what_it_was_given(tmp_path):
