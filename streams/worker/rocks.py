@@ -1,11 +1,12 @@
 """The worker's RocksDBs: caches of a topic it rebuilds at every start, kept out of memory.
 
-What a worker must remember of its whole history (the checkpoint view of
-``lineage.checkpoints``: :mod:`streams.worker.checkpoint_view`; every command id on
-``lineage.control`` and each job's plan in force there: the referee's ``published`` and
-``in_force``) would otherwise grow with everything that ever happened (issue 27). Each lives in a RocksDB under the data directory, opened empty (what the
-topic says now, not what it said before), without a write-ahead log (the topic is the record)
-and with small memtables and a small block cache.
+What a worker must remember of its whole history would otherwise grow with everything that
+ever happened (issue 27): the checkpoint view of ``lineage.checkpoints``
+(:mod:`streams.worker.checkpoint_view`), and every command id on ``lineage.control`` and each
+job's plan in force there (the referee's ``published`` and ``in_force``). Each lives in a
+RocksDB under the data directory, opened empty (what the topic says now, not what it said
+before), without a write-ahead log (the topic is the record) and with small memtables and a
+small block cache.
 """
 
 from __future__ import annotations
