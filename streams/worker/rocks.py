@@ -16,9 +16,10 @@ import marshal
 import shutil
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping, MutableSet
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 log = logging.getLogger("traintrace.worker")
+_K = TypeVar("_K", bound="_Keyed")
 
 
 def open_rdict(path: Path, write_buffer: int = 1024 * 1024, cache: int = 2 * 1024 * 1024) -> Any:
@@ -90,17 +91,22 @@ class DiskMap(_Keyed, MutableMapping[str, Any]):
         self.n -= 1
 
 
-def open_disk_map(path: Path, what: str, now: Mapping[str, Any] | None = None,
-                  write_buffer: int = 1024 * 1024, cache: int = 2 * 1024 * 1024) -> MutableMapping[str, Any] | None:
-    """A :class:`DiskMap` at ``path`` holding ``now``, or None (logged, naming ``what``) when
-    RocksDB cannot be opened there: the caller keeps its map in memory then."""
+def _opened(make: Callable[[], _K], path: Path, what: str) -> _K | None:
+    """``make()``, or None (logged, naming ``what``) when RocksDB cannot be opened at ``path``:
+    the caller keeps its map or set in memory then (the worker runs on without RocksDB)."""
     try:
-        disk = DiskMap(path, write_buffer, cache)
-    except Exception as exc:  # noqa: BLE001 - best effort: the worker runs on without RocksDB
+        return make()
+    except Exception as exc:  # noqa: BLE001 - best effort
         log.warning("%s cannot use RocksDB at %s (%s): kept in memory instead", what, path, exc)
         return None
-    for key, value in (now or {}).items():
-        disk[key] = value
+
+
+def open_disk_map(path: Path, what: str, now: Mapping[str, Any] | None = None,
+                  write_buffer: int = 1024 * 1024, cache: int = 2 * 1024 * 1024) -> MutableMapping[str, Any] | None:
+    """A :class:`DiskMap` at ``path`` holding ``now``, or None (:func:`_opened`)."""
+    disk = _opened(lambda: DiskMap(path, write_buffer, cache), path, what)
+    if disk is not None:
+        disk.update(now or {})
     return disk
 
 
@@ -126,22 +132,11 @@ class DiskSet(_Keyed, MutableSet[str]):
             self.n -= 1
             self.db.delete(k)
 
-    def update(self, items: Iterable[str]) -> None:
-        for item in items:
-            self.add(item)
-
-    def __ior__(self, items: Iterable[Any]) -> "DiskSet":  # type: ignore[misc]
-        self.update(items)
-        return self
 
 
 def open_disk_set(path: Path, what: str, now: Iterable[str] = ()) -> MutableSet[str] | None:
-    """A :class:`DiskSet` at ``path`` holding ``now``, or None (logged, naming ``what``) when
-    RocksDB cannot be opened there: the caller keeps its set in memory then."""
-    try:
-        disk = DiskSet(path)
-    except Exception as exc:  # noqa: BLE001 - best effort: the worker runs on without RocksDB
-        log.warning("%s cannot use RocksDB at %s (%s): kept in memory instead", what, path, exc)
-        return None
-    disk.update(now)
+    """A :class:`DiskSet` at ``path`` holding ``now``, or None (:func:`_opened`)."""
+    disk = _opened(lambda: DiskSet(path), path, what)
+    if disk is not None:
+        disk |= set(now)
     return disk
