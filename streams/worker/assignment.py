@@ -98,7 +98,7 @@ class Assignment:
             at = inp.committed.get(p)
             if at is None or at != inp.position.get(p):
                 continue
-            if not self.snapshots.due(p, folded.get(p, 0)):  # no round now: its idle cohorts may rest
+            if not self.snapshots.due(p, folded.get(p, 0), at):  # no round now: its idle cohorts may rest
                 try:
                     self.snapshots.rest_idle(p, folded.get(p, 0))
                 except Exception:  # an optimisation: never stop the fold for it

@@ -163,6 +163,7 @@ def create_app(settings: WorkerSettings) -> faust.App:
     route = RouteStage(settings, codec, jobmap, route_outbox, asyncio.Lock(), parsed)  # the router
     fold = FoldStage(settings, codec, referee, outbox, asyncio.Lock(), parsed)  # the fold (decide agent, timers)
     snapshots = SnapshotStore(settings, codec, referee, signer)  # lineage.snapshots
+    snapshots.folded_everywhere = lambda: fold.folded_all  # (quiet counts in the worker's events)
     assignment = Assignment(settings, route, fold,
                             Takeover(settings, codec, referee, outbox, fold.input.position, snapshots),
                             commit_offsets=functools.partial(commit_owned, app), snapshots=snapshots)

@@ -86,11 +86,12 @@ WORKER_SETTINGS: tuple[Setting, ...] = (
             "cohorts that train, not every cohort that ever did [default: on].", negative="--keep-idle"),
     Setting("--evict-idle-after", "TRAINTRACE_EVICT_IDLE_AFTER", float, 30.0,
             "...and only once it has had no input for this many seconds since the round that wrote its last "
-            "input, or while its partition folded twice the events it holds (at least --snapshot-every; a "
+            "input, or while the worker folded twice the events it holds (at least --snapshot-every; a "
             "backlog does not keep every cohort it passes; one quiet that long before the round that writes "
-            "it leaves after that round): a cohort whose input comes in bursts further apart is brought back (one "
+            "it leaves after that round, which comes early when it lets as much go as it writes): a cohort whose input comes in bursts further apart is brought back (one "
             "read of its snapshot) at most once per this interval or that much input. A partition with no input "
-            "for this many seconds writes its last input then and lets its quiescent cohorts go.", minimum=0),
+            "for this many seconds, or while the worker folded twice the events of its largest cohort, writes its "
+            "last input then and lets its quiescent cohorts go.", minimum=0),
     Setting("--watchdog-seconds", "TRAINTRACE_WATCHDOG_SECONDS", float, 180.0,
             "Exit with status 70 (stacks dumped) when records wait on an owned partition and none was "
             "processed for this long while every dependency answers, or when the event loop stops turning: "

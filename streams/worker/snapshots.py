@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from streams.codec import Codec, DecodeError
 from streams.kafka.reader import RecordReader, read_range
@@ -69,14 +69,18 @@ def round_is_due(folded: int, rewritten: int, freed: int) -> bool:
 
 
 def quiet_events(settings: WorkerSettings, held: int) -> int:
-    """The events its partition folds while a cohort holding ``held`` events has no input, after
-    which it may leave memory (with ``--evict-idle``) before ``--evict-idle-after`` seconds: twice
-    what it holds, and at least ``--snapshot-every``. Bringing it back at its next event decodes
-    its snapshot, which costs about a tenth of folding its events (:func:`round_is_due`), so this
-    is at most a twentieth of a fold's cost per event folded meanwhile. Without it a backlog
-    (events that come faster than that many seconds of them) kept in memory every cohort it
-    passed until it was caught up: the running worker's memory grew with the backlog, not with
-    the cohorts that train (issue 27)."""
+    """The events the worker folds (on any of its partitions) while a cohort holding ``held``
+    events has no input, after which it may leave memory (with ``--evict-idle``) before
+    ``--evict-idle-after`` seconds: twice what it holds, and at least ``--snapshot-every``.
+    Bringing it back at its next event decodes its snapshot, which costs about a tenth of folding
+    its events (:func:`round_is_due`), so this is at most a twentieth of a fold's cost per event
+    folded meanwhile. Without it a backlog (events that come faster than that many seconds of
+    them) kept in memory every cohort it passed until it was caught up: the running worker's
+    memory grew with the backlog, not with the cohorts that train (issue 27). Counted over the
+    worker's partitions, not the cohort's own: a backlog's cohorts train one after another, so
+    the partition of one that finished may get no input for most of the catch-up, and counted
+    there (or in seconds) it stayed in memory for as long (``bench/bench_worker_memory.py``'s
+    1M backlog held 20-31 cohorts at once that way)."""
     return max(settings.snapshot_every, REWRITE_FACTOR * held)
 
 
@@ -133,7 +137,7 @@ class SnapshotStore:
         self.last_round: dict[int, float] = {}  # partition -> monotonic time of its last round
         #: partition -> monotonic time :meth:`rest_idle` last looked at it
         self._idle_looked: dict[int, float] = {}
-        #: cohort -> (monotonic time, its partition's events folded) as of the round that wrote its
+        #: cohort -> (monotonic time, the worker's events folded everywhere) as of the round that wrote its
         #: last input (or, for a cohort that came with its snapshot, the first look that found it
         #: without input since): where its quiet counts start
         self.quiet_since: dict[str, tuple[float, int]] = {}
@@ -142,9 +146,18 @@ class SnapshotStore:
         #: partition -> the offset its last round covered (with ``folded_total``: the events a
         #: record of it held on average since, see :meth:`_quiet_before`)
         self.round_covers: dict[int, int] = {}
-        #: partition -> (events folded there, monotonic time that count last grew), as seen by
-        #: :meth:`due` and :meth:`rest_idle`: how long the partition has had no input
-        self.input_seen: dict[int, tuple[int, float]] = {}
+        #: partition -> the worker's events folded everywhere as of its last round (with
+        #: ``round_covers``: the worker's events a record of it stood for since)
+        self.round_everywhere: dict[int, int] = {}
+        #: partition -> (events folded there, monotonic time that count last grew, the worker's
+        #: events folded everywhere then), as seen by :meth:`due` and :meth:`rest_idle`: how long,
+        #: in seconds and in the worker's events, the partition has had no input
+        self.input_seen: dict[int, tuple[int, float, int]] = {}
+        #: the events this worker folded on all its partitions since it started (the fold stage's
+        #: count, set where the stages are built); None (tests, tools): those of the rounds so far
+        self.folded_everywhere: Callable[[], int] | None = None
+        #: partition -> the worker's events folded everywhere when :meth:`rest_idle` last looked at it
+        self._idle_looked_at: dict[int, int] = {}
         self._producer = None
         self._reader: RecordReader | None = None  # single snapshot records (bring_back, the views)
         self._delivered: dict[str, int] = {}
@@ -153,10 +166,12 @@ class SnapshotStore:
 
     # ------------------------------------------------------------------ rounds
 
-    def due(self, partition: int, folded: int) -> bool:
+    def due(self, partition: int, folded: int, covers: int | None = None) -> bool:
         """Whether a round of ``partition`` is due, ``folded`` events after its last one
         (:func:`round_is_due`, with what the partition's changed cohorts would cost to write and
-        what writing them would let leave memory)."""
+        what writing them would let leave memory); or sooner, at ``covers`` (its position,
+        committed), when it would let cohorts leave memory holding at least as many events as it
+        writes of those that stay (:meth:`_worth_letting_go`)."""
         if not self.enabled:
             return False
         now = time.monotonic()
@@ -165,22 +180,72 @@ class SnapshotStore:
             return False
         since = now - self.last_round.get(partition, 0.0)
         if folded < self.settings.snapshot_every and since < self.settings.snapshot_interval_s and not quiet:
-            return False
+            return covers is not None and self._worth_letting_go(partition, covers, folded)
         return round_is_due(folded, *self._rewritten(partition, self.settings.evict_settled, idle=quiet))
+
+    def _worth_letting_go(self, partition: int, covers: int, folded: int) -> bool:
+        """Whether a round of ``partition`` at ``covers`` now, before ``--snapshot-every``, would
+        let cohorts leave memory (settled ones, with ``--evict-settled``; quiet ones,
+        :meth:`_quiet_before`) holding at least as many events as the changed cohorts that stay
+        (which it writes now and again later): so each event is encoded at most twice more
+        than it would have been, and a cohort a backlog passed leaves memory once quiet, not
+        when its partition has folded ``--snapshot-every`` more (on
+        ``bench/bench_worker_memory.py``'s backlog, four to six cohorts a partition)."""
+        referee, per_record = self.referee, self._per_record(partition, covers, folded)
+        leaving = staying = 0
+        for cohort, p in referee.partition_of.items():
+            lin = referee.engines.get(cohort)
+            if p != partition or lin is None or self._unchanged(cohort):
+                continue
+            held = lin.state.events_folded
+            if (self.settings.evict_settled and self.may_rest(cohort, lin)) \
+                    or self._quiet_before(cohort, covers, referee.position.get(cohort), per_record):
+                leaving += held
+            else:
+                staying += held
+        return leaving > 0 and leaving >= staying
+
+    def _per_record(self, partition: int, covers: int, folded: int) -> float:
+        """The worker's events (on all its partitions) a record of ``partition`` stood for on
+        average since its last round, ``covers`` being its position now and ``folded`` its events
+        since (without the count of the last round: the partition's own; 0.0 before its first)."""
+        since, since_everywhere = self.round_covers.get(partition), self.round_everywhere.get(partition)
+        if since is None or covers <= since:
+            return 0.0
+        return (folded if since_everywhere is None else self._everywhere(partition, folded) - since_everywhere) \
+            / (covers - since)
 
     def _partition_quiet(self, partition: int, folded: int, now: float) -> bool:
         """Whether ``partition`` (``folded`` events since its last round) has had no input for
-        ``--evict-idle-after`` seconds, with ``--evict-idle``: then every cohort of it has been
-        idle that long, and a round lets the quiescent ones leave memory (the last input of a
+        ``--evict-idle-after`` seconds, or while the worker folded :func:`quiet_events` of its
+        largest cohort in memory, with ``--evict-idle``: then every cohort of it has been idle
+        that long, and a round lets the quiescent ones leave memory (the last input of a
         partition gone quiet is written then, not at the next ``--snapshot-interval`` or never:
         a cohort with a large snapshot and a little input since it would wait for its
-        partition's next ``REWRITE_FACTOR`` times its events). The first look starts the clock."""
+        partition's next ``REWRITE_FACTOR`` times its events). The first look starts both
+        counts."""
         total = self._folded_now(partition, folded)
+        everywhere = self._everywhere(partition, folded)
         seen = self.input_seen.get(partition)
         if seen is None or seen[0] != total:
-            self.input_seen[partition] = (total, now)
+            self.input_seen[partition] = (total, now, everywhere)
             return False
-        return self.settings.evict_idle and now - seen[1] >= self.settings.evict_idle_after_s
+        if not self.settings.evict_idle:
+            return False
+        if now - seen[1] >= self.settings.evict_idle_after_s:
+            return True
+        if everywhere - seen[2] < self.settings.snapshot_every:
+            return False  # (the least quiet_events can be: no need to look at the cohorts)
+        engines = self.referee.engines
+        held = max((engines[c].state.events_folded for c in self._in_memory(partition)), default=0)
+        return everywhere - seen[2] >= quiet_events(self.settings, held)
+
+    def _everywhere(self, partition: int, folded: int) -> int:
+        """The events this worker folded on all its partitions (:attr:`folded_everywhere`; without
+        it, those of the rounds so far and the ``folded`` of ``partition`` since its last)."""
+        if self.folded_everywhere is not None:
+            return self.folded_everywhere()
+        return sum(self.folded_total.values()) + folded
 
     def _folded_now(self, partition: int, folded: int) -> int:
         """The events this worker folded on ``partition``: as of its last round, and ``folded``
@@ -198,29 +263,31 @@ class SnapshotStore:
         pos = self.referee.position.get(cohort)
         return last is not None and (pos is None or pos[1] < last.covers)
 
-    def _quiet_long_enough(self, cohort: str, now: float, folded: int) -> bool:
+    def _quiet_long_enough(self, cohort: str, now: float, everywhere: int) -> bool:
         """Whether ``cohort``, unchanged since its snapshot, has been seen so for
-        ``--evict-idle-after`` seconds, or while its partition folded (``folded``: its count
+        ``--evict-idle-after`` seconds, or while the worker folded (``everywhere``: its count
         now) :func:`quiet_events`. Both count from the round that wrote its last input (its
         input had stopped by then), or from the first look at a cohort no round of this worker
         wrote. (Counted from the first round that found it quiet, a cohort stayed a round longer:
         ``bench/bench_worker_memory.py``'s 1M backlog kept 31-45 cohorts in memory at once.)"""
-        since, at = self.quiet_since.setdefault(cohort, (now, folded))
+        since, at = self.quiet_since.setdefault(cohort, (now, everywhere))
         if now - since >= self.settings.evict_idle_after_s:
             return True
         lin = self.referee.engines.get(cohort)
-        return lin is not None and folded - at >= quiet_events(self.settings, lin.state.events_folded)
+        return lin is not None and everywhere - at >= quiet_events(self.settings, lin.state.events_folded)
 
     def _quiet_before(self, cohort: str, covers: int, pos: tuple[int, int] | None, per_record: float) -> bool:
         """Whether ``cohort``, written by a round at ``covers``, had its last input (the record at
         ``pos``) long enough before it to leave memory after it (with ``--evict-idle``, quiescent):
-        its partition's records since, at ``per_record`` events each (the average since the last
-        round), held :func:`quiet_events`. On a backlog a round comes every few tens of thousands
-        of events, and a cohort whose input stopped early in that stretch has been quiet for most
-        of it: it leaves now, not a round later (``bench/bench_worker_memory.py``'s 1M backlog
-        kept 25-41 cohorts in memory at once without this, 21-28 with it). An estimate (records
-        hold different numbers of events) that only decides when a cohort leaves memory, never
-        what the fold decides."""
+        its partition's records since, at ``per_record`` events each (the worker's events, on all
+        its partitions, a record of this one stood for on average since the last round), held
+        :func:`quiet_events`. On a backlog a round comes every few tens of thousands of events,
+        and a cohort whose input stopped early in that stretch has been quiet for most of it: it
+        leaves now, not a round later (``bench/bench_worker_memory.py``'s 1M backlog kept 25-41
+        cohorts in memory at once without this, 21-28 with it counted in the partition's events).
+        An estimate (records hold different numbers of events, and the partitions' input comes at
+        different times) that only decides when a cohort leaves memory, never what the fold
+        decides."""
         if not self.settings.evict_idle or pos is None or per_record <= 0:
             return False
         lin = self.referee.engines[cohort]
@@ -256,19 +323,20 @@ class SnapshotStore:
         rnd = Round(partition, covers, t0)
         now = time.monotonic()
         rnd.quiet = self._partition_quiet(partition, folded, now)
-        total = self.folded_total[partition] = self._folded_now(partition, folded)
-        since = self.round_covers.get(partition)
-        per_record = folded / (covers - since) if since is not None and covers > since else 0.0
+        per_record = self._per_record(partition, covers, folded)
+        self.folded_total[partition] = self._folded_now(partition, folded)
+        everywhere = self._everywhere(partition, 0)
         self.round_covers[partition] = covers
+        self.round_everywhere[partition] = everywhere
         for cohort in self._in_memory(partition):
             if self._unchanged(cohort):
                 # no input since its last snapshot: with --evict-idle it may leave memory, once it
-                # has been seen so for --evict-idle-after seconds or for enough of the partition's input
-                if (rnd.quiet or self._quiet_long_enough(cohort, now, total)) and self.settings.evict_idle \
+                # has been seen so for --evict-idle-after seconds or for enough of the worker's input
+                if (rnd.quiet or self._quiet_long_enough(cohort, now, everywhere)) and self.settings.evict_idle \
                         and self.may_rest(cohort, referee.engines[cohort], settled_only=False):
                     rnd.idle.append(cohort)
                 continue
-            self.quiet_since[cohort] = (now, total)  # its input stopped before this round: quiet from here
+            self.quiet_since[cohort] = (now, everywhere)  # its input stopped before this round: quiet from here
             pos = referee.position.get(cohort)
             rnd.written[cohort] = self._send_cohort(cohort, partition, covers, pos, rnd)
             if rnd.quiet or self._quiet_before(cohort, covers, pos, per_record):
@@ -282,8 +350,10 @@ class SnapshotStore:
         """A partition with no round due (no input since its last round, or too little to be
         worth one: :func:`round_is_due`) may have none to come for a long time, so its idle
         cohorts are looked at here (at most every ``--snapshot-interval``, or ``--evict-idle-after``
-        if shorter): each with no input since its snapshot, seen so for ``--evict-idle-after``
-        seconds (or its whole partition without input that long) and quiescent, leaves
+        if shorter, or once the worker folded ``--snapshot-every`` events since the last look):
+        each with no input since its snapshot, seen so for ``--evict-idle-after`` seconds or
+        :func:`quiet_events` of the worker's (or its whole partition without input that long) and
+        quiescent, leaves
         memory now, as in a round (its snapshot is on the broker already, so no round is
         written). Without this a partition that went quiet kept every cohort it had folded
         until its next round. Call under the fold's lock, while the partition is owned, with the
@@ -292,13 +362,16 @@ class SnapshotStore:
             return 0
         now = time.monotonic()
         quiet = self._partition_quiet(partition, folded, now)
+        everywhere = self._everywhere(partition, folded)
+        looked_at = self._idle_looked_at.setdefault(partition, everywhere)
         if now - max(self._idle_looked.get(partition, 0.0), self.last_round.get(partition, 0.0)) \
-                < min(self.settings.snapshot_interval_s, self.settings.evict_idle_after_s):
+                < min(self.settings.snapshot_interval_s, self.settings.evict_idle_after_s) \
+                and everywhere - looked_at < self.settings.snapshot_every:
             return 0
         self._idle_looked[partition] = now
-        total = self._folded_now(partition, folded)
+        self._idle_looked_at[partition] = everywhere
         idle = [c for c in self._in_memory(partition)
-                if self._unchanged(c) and (quiet or self._quiet_long_enough(c, now, total))]
+                if self._unchanged(c) and (quiet or self._quiet_long_enough(c, now, everywhere))]
         return self._evict(idle, partition, settled_only=False) if idle else 0
 
     def finish_round(self, rnd: "Round") -> None:
@@ -636,4 +709,7 @@ class SnapshotStore:
         self.last_round.pop(partition, None)
         self.folded_total.pop(partition, None)
         self.round_covers.pop(partition, None)
+        self.round_everywhere.pop(partition, None)
         self.input_seen.pop(partition, None)
+        self._idle_looked.pop(partition, None)
+        self._idle_looked_at.pop(partition, None)

@@ -301,6 +301,9 @@ class FoldStage(Stage):
         self.parsed = parsed
         #: partition -> events folded since the last snapshot round (streams.worker.snapshots)
         self.folded: dict[int, int] = {}
+        #: events folded on every partition since the worker started (how long a partition or a
+        #: cohort without input has been quiet on a backlog: streams.worker.snapshots.quiet_events)
+        self.folded_all = 0
 
     def owns_cohort(self, cohort: str) -> bool:
         return self.referee.partition_of.get(cohort) in self.input.owned
@@ -315,6 +318,7 @@ class FoldStage(Stage):
                                   rec.timestamp or now_ms(), True, functools.partial(self._reject, rec), self.parsed)
         out.extend(emissions)
         self.folded[rec.partition] = self.folded.get(rec.partition, 0) + max(n, 1)  # a tick counts too
+        self.folded_all += max(n, 1)
         metrics.FOLDED.inc(n)
 
     def _reject(self, rec: RawRecord, routed: dict[str, Any] | None, reason: str, kind: str) -> None:

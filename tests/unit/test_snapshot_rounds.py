@@ -229,12 +229,14 @@ def test_an_idle_cohort_leaves_memory_only_once_quiet_for_evict_idle_after(monke
     assert referee.engines == {} and store.quiet_since == {}
 
 
-def test_an_idle_cohort_leaves_memory_once_its_partition_folded_twice_its_events(monkeypatch):
+def test_an_idle_cohort_leaves_memory_once_the_worker_folded_twice_its_events(monkeypatch):
     """A backlog folds much more than ``--evict-idle-after`` seconds of input in that time: a
-    cohort it passed leaves memory once its partition has folded, since a round first saw it
+    cohort it passed leaves memory once the worker has folded, since a round first saw it
     quiet, twice the events it holds and at least ``--snapshot-every`` (bringing it back costs
     a small part of that), not only after the seconds: a worker catching up does not hold every
-    cohort of the backlog. Counted per partition, in rounds and in looks between them."""
+    cohort of the backlog. Counted in the worker's events on all its partitions, not only the
+    cohort's (on a backlog whose cohorts train one after another, the partition of one that
+    finished may have no input for most of the catch-up), in rounds and in looks between them."""
     import time as _time
 
     from streams.worker.snapshots import quiet_events
@@ -244,26 +246,44 @@ def test_an_idle_cohort_leaves_memory_once_its_partition_folded_twice_its_events
                                     snapshot_every=10, snapshot_interval_s=0)
     clock = [1_000.0]
     monkeypatch.setattr(_time, "monotonic", lambda: clock[0])
+    everywhere = [0]
+    store.folded_everywhere = lambda: everywhere[0]  # as the fold stage counts them
     held = {c: lin.state.events_folded for c, lin in referee.engines.items()}
     assert held["settled"] > held["training"] > 5  # so twice the events, not --snapshot-every, decides
     need = {c: quiet_events(store.settings, n) for c, n in held.items()}
     assert need == {c: 2 * n for c, n in held.items()}
     assert quiet_events(store.settings, 2) == 10  # a small cohort: --snapshot-every
-    rnd = store.begin_round(0, 10_001, folded=5_000)  # first seen quiet, 5,000 events in
+    rnd = store.begin_round(0, 10_001, folded=5_000)  # first seen quiet (input of other cohorts of partition 0)
     assert rnd.idle == []
     store.settle_round(rnd)
-    rnd = store.begin_round(1, 10_001, folded=10 * need["settled"])  # another partition's input
-    assert rnd.idle == []
-    rnd = store.begin_round(0, 10_002, folded=need["training"] - 1)
-    assert rnd.idle == []
-    rnd = store.begin_round(0, 10_003, folded=1)  # the training cohort's twice, in two rounds
+    everywhere[0] = need["training"] - 1  # folded on other partitions meanwhile
+    assert store.begin_round(0, 10_002).idle == []
+    everywhere[0] += 1  # the training cohort's twice
+    rnd = store.begin_round(0, 10_003)
     assert rnd.idle == ["training"]
     store.settle_round(rnd)
     assert set(referee.engines) == {"settled"}
-    extra = need["settled"] - need["training"]
-    assert store.rest_idle(0, folded=extra - 1) == 0  # (a look between rounds counts what they have not)
-    assert store.rest_idle(0, folded=extra) == 1
+    everywhere[0] = need["settled"] - 1
+    assert store.rest_idle(0) == 0  # (a look between rounds counts the same)
+    everywhere[0] += 1
+    assert store.rest_idle(0) == 1
     assert referee.engines == {} and clock[0] == 1_000.0  # no second passed
+
+
+def test_without_the_fold_stage_the_quiet_counts_are_those_of_the_rounds(monkeypatch):
+    """A store no fold stage counts for (tests, tools) counts what its rounds and looks were told
+    folded: another partition's round counts too."""
+    from streams.worker.snapshots import quiet_events
+
+    store, referee = _quiet_store(evict_idle=True)
+    store.settings = WorkerSettings("127.0.0.1:1", evict_settled=True, evict_idle=True, evict_idle_after_s=30,
+                                    snapshot_every=10, snapshot_interval_s=0)
+    need = quiet_events(store.settings, referee.engines["training"].state.events_folded)
+    assert store.begin_round(0, 10_001).idle == []  # first seen quiet
+    assert store.begin_round(1, 10_001, folded=need - 1).idle == []  # another partition: none of its cohorts
+    assert store.rest_idle(0, folded=0) == 0
+    assert store.begin_round(1, 10_002, folded=1).idle == []
+    assert store.rest_idle(0) == 1 and set(referee.engines) == {"settled"}
 
 
 def _written_round(store: SnapshotStore, covers: int, folded: int):
@@ -327,6 +347,28 @@ def test_a_cohort_quiet_long_before_the_round_that_writes_it_leaves_memory_after
     monkeypatch.setattr(store2, "_send", lambda *a, **k: None)
     store2.round_covers[0] = 0
     assert _written_round(store2, covers, folded=4 * covers).leaving == []
+
+
+@pytest.mark.parametrize("worker_per_record, leaves", [(1, False), (4, True)])
+def test_quiet_before_a_round_counts_the_workers_events(monkeypatch, worker_per_record, leaves):
+    """The same counted in the worker's events on all its partitions: a partition's records
+    since the cohort's last input stand for the events the worker folded meanwhile (here one
+    event a record on the cohort's partition, and ``worker_per_record`` on all of them)."""
+    from streams.worker.snapshots import quiet_events
+
+    store, referee = _store(evict=True)
+    store.settings = _idle_settings()
+    monkeypatch.setattr(store, "_send", lambda *a, **k: None)
+    covers = 1 + max(o for _p, o in referee.position.values())
+    since = covers - 1 - referee.position["training"][1]
+    need = quiet_events(store.settings, referee.engines["training"].state.events_folded)
+    assert since < need <= 4 * since
+    everywhere = [1_000]
+    store.folded_everywhere = lambda: everywhere[0]
+    store.round_covers[0], store.round_everywhere[0] = 0, everywhere[0]  # the last round
+    everywhere[0] += worker_per_record * covers
+    rnd = _written_round(store, covers, folded=covers)  # one event a record on partition 0
+    assert rnd.leaving == (["training"] if leaves else [])
 
 
 def test_rows_that_cannot_be_kept_are_made_from_the_snapshot_instead(monkeypatch):
@@ -474,3 +516,38 @@ def test_a_partition_without_input_for_evict_idle_after_writes_its_last_input_an
     assert not store.due(0, 6)
     clock[0] += 3_599
     assert not store.due(0, 6)
+
+
+def test_a_partition_without_input_while_the_worker_folded_twice_its_largest_cohort_writes_it_and_lets_it_go(
+        monkeypatch):
+    """The same, counted in the worker's events: on a backlog the worker folds the next cohorts
+    (on other partitions) long before ``--evict-idle-after`` seconds pass, and a partition whose
+    cohorts stopped is written and let go once the worker folded :func:`quiet_events` of its
+    largest cohort in memory, each of them then quiet that long."""
+    import time as _time
+
+    from streams.worker.snapshots import quiet_events
+
+    monkeypatch.setattr(_time, "monotonic", lambda: 1_000.0)  # no second passes
+    store, referee = _store(evict=True)
+    store.settings = WorkerSettings("127.0.0.1:1", evict_settled=True, evict_idle=True, evict_idle_after_s=30,
+                                    snapshot_interval_s=3600, snapshot_every=10)
+    store.latest["training"] = Latest(covers=2, offset=0, settled=False, events=10_000)  # large, input since
+    store.latest["settled"] = Latest(covers=2, offset=0, settled=False, events=10_000)
+    monkeypatch.setattr(store, "_send", lambda *a, **k: None)
+    everywhere = [100]
+    store.folded_everywhere = lambda: everywhere[0]
+    need = quiet_events(store.settings, max(lin.state.events_folded for lin in referee.engines.values()))
+    assert need > store.settings.snapshot_every
+    assert not store.due(0, 6)  # the first look starts the count
+    everywhere[0] += need - 1
+    assert not store.due(0, 6)
+    everywhere[0] += 1
+    assert not store.due(0, 7)  # input meanwhile: the count starts again
+    everywhere[0] += need
+    assert store.due(0, 7)
+    rnd = store.begin_round(0, 10_001, folded=7)
+    assert rnd.quiet and sorted(rnd.written) == ["settled", "training"]
+    rnd.offsets = {c: i for i, c in enumerate(sorted(rnd.written))}
+    assert store.settle_round(rnd) == 2
+    assert referee.engines == {} and store.out_of_memory == {"settled": 0, "training": 0}
