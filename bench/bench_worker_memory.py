@@ -45,9 +45,10 @@ from streams.testing.cohort import generate_cohorts  # noqa: E402
 from streams.devtools.worker_process import WorkerProcess, forget_run, produce_events  # noqa: E402
 
 
-def rss_kib(pid: int) -> int:
+def rss_kib(pid: int, field: str = "VmRSS") -> int:
+    """``field`` of ``/proc/<pid>/status`` in KiB: the RSS, or (``VmHWM``) its peak so far."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1])
     return 0
 
@@ -61,11 +62,19 @@ def gauges(w: WorkerProcess) -> dict[str, float]:
 DEADLINE_S = 900
 
 
-def until(w: WorkerProcess, count: int, t0: float, produced: int) -> None:
+def until(w: WorkerProcess, count: int, t0: float, produced: int, peak: dict[str, float] | None = None) -> None:
     """Until the worker has folded ``count`` events. A worker busy with a batch may answer
-    ``/health`` late: that is "not yet", not a failure; a run past :data:`DEADLINE_S` is one."""
+    ``/health`` late: that is "not yet", not a failure; a run past :data:`DEADLINE_S` is one.
+    ``peak``: the most cohorts seen in memory meanwhile (``/metrics`` read about once a second)."""
     done = 0.0
+    looked = 0.0
     while done < count:
+        if peak is not None and time.monotonic() - looked >= 1.0:
+            looked = time.monotonic()
+            try:
+                peak["cohorts"] = max(peak.get("cohorts", 0.0), gauges(w)["cohorts"])
+            except OSError:
+                pass
         if w.proc is not None and w.proc.poll() is not None:
             raise SystemExit(f"the worker exited ({w.proc.returncode}) after folding {done:.0f} of {produced} "
                              f"events; the end of its log:\n{w.log_tail(20)}")
@@ -115,7 +124,7 @@ def main() -> int:
                               extra_args=["--loglevel", "warn", *shlex.split(args.worker_args)]).start()
             try:
                 w.wait_ready()
-                in_flight, settled, cohorts = {}, {}, {}
+                in_flight, settled, cohorts, peak_rss, peak_cohorts = {}, {}, {}, {}, {}
                 t0 = time.monotonic()
                 n = first
                 for phase in (1, 2):
@@ -123,9 +132,12 @@ def main() -> int:
                         n += produce_events(bootstrap, topics.events,
                                             (d for _i, d in zip(range(args.events - first), events)))
                     mark = args.first if phase == 1 else n
-                    until(w, mark, t0, n)
+                    peak: dict[str, float] = {}
+                    until(w, mark, t0, n, peak)
                     in_flight[mark] = rss_kib(w.proc.pid)
-                    until(w, n, t0, n)
+                    until(w, n, t0, n, peak)
+                    peak_rss[mark] = rss_kib(w.proc.pid, "VmHWM")
+                    peak_cohorts[mark] = peak.get("cohorts", 0.0)
                     time.sleep(args.settle)
                     settled[mark] = rss_kib(w.proc.pid)
                     cohorts[mark] = gauges(w)
@@ -139,6 +151,8 @@ def main() -> int:
 
         out = {"events": n, "worker_args": args.worker_args, "settle_s": args.settle,
                "rss_kib": settled, "rss_kib_in_flight": in_flight, "cohorts": cohorts,
+               # the process's peak RSS so far, and the most cohorts in memory seen, while it caught up to each mark
+               "rss_kib_peak": peak_rss, "cohorts_peak": peak_cohorts,
                "growth_bytes_per_event": growth(settled), "growth_bytes_per_event_in_flight": growth(in_flight)}
     finally:
         if broker is not None:
@@ -147,11 +161,14 @@ def main() -> int:
         print(json.dumps(out, indent=1))
     else:
         settled, in_flight, cohorts = out["rss_kib"], out["rss_kib_in_flight"], out["cohorts"]
+        peak_rss, peak_cohorts = out["rss_kib_peak"], out["cohorts_peak"]
         print(f"worker RSS settled ({args.settle:g} s after folding everything) after {lo:,} events: "
               f"{settled[lo] / 1024:.1f} MiB; after {hi:,}: {settled[hi] / 1024:.1f} MiB; "
               f"growth {out['growth_bytes_per_event']} bytes per folded event (goal <= 16)")
         print(f"  in flight (read as the count passed each mark): {in_flight[lo] / 1024:.1f} MiB, "
               f"{in_flight[hi] / 1024:.1f} MiB; growth {out['growth_bytes_per_event_in_flight']} bytes per event")
+        print(f"  while catching up: peak RSS {peak_rss[lo] / 1024:.1f} MiB to {lo:,}, {peak_rss[hi] / 1024:.1f} MiB "
+              f"to {hi:,}; at most {peak_cohorts[lo]:.0f} and {peak_cohorts[hi]:.0f} cohorts in memory")
         print(f"  cohorts in memory / resting on disk, settled: {cohorts[lo].get('cohorts', 0):.0f} / "
               f"{cohorts[lo].get('cohorts_resting', 0):.0f} after {lo:,}; {cohorts[hi].get('cohorts', 0):.0f} / "
               f"{cohorts[hi].get('cohorts_resting', 0):.0f} after {hi:,} (worker args: {args.worker_args or 'none'})")
