@@ -133,7 +133,6 @@ class DiskSet(_Keyed, MutableSet[str]):
             self.db.delete(k)
 
 
-
 def open_disk_set(path: Path, what: str, now: Iterable[str] = ()) -> MutableSet[str] | None:
     """A :class:`DiskSet` at ``path`` holding ``now``, or None (:func:`_opened`)."""
     disk = _opened(lambda: DiskSet(path), path, what)

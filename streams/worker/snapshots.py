@@ -212,7 +212,7 @@ class SnapshotStore:
         since, since_everywhere = self.round_covers.get(partition), self.round_everywhere.get(partition)
         if since is None or covers <= since:
             return 0.0
-        return (folded if since_everywhere is None else self._everywhere(partition, folded) - since_everywhere) \
+        return (folded if since_everywhere is None else self._everywhere(folded) - since_everywhere) \
             / (covers - since)
 
     def _partition_quiet(self, partition: int, folded: int, now: float) -> bool:
@@ -225,7 +225,7 @@ class SnapshotStore:
         partition's next ``REWRITE_FACTOR`` times its events). The first look starts both
         counts."""
         total = self._folded_now(partition, folded)
-        everywhere = self._everywhere(partition, folded)
+        everywhere = self._everywhere(folded)
         seen = self.input_seen.get(partition)
         if seen is None or seen[0] != total:
             self.input_seen[partition] = (total, now, everywhere)
@@ -240,9 +240,9 @@ class SnapshotStore:
         held = max((engines[c].state.events_folded for c in self._in_memory(partition)), default=0)
         return everywhere - seen[2] >= quiet_events(self.settings, held)
 
-    def _everywhere(self, partition: int, folded: int) -> int:
+    def _everywhere(self, folded: int = 0) -> int:
         """The events this worker folded on all its partitions (:attr:`folded_everywhere`; without
-        it, those of the rounds so far and the ``folded`` of ``partition`` since its last)."""
+        it, those of the rounds so far and ``folded``, the calling partition's since its last)."""
         if self.folded_everywhere is not None:
             return self.folded_everywhere()
         return sum(self.folded_total.values()) + folded
@@ -325,7 +325,7 @@ class SnapshotStore:
         rnd.quiet = self._partition_quiet(partition, folded, now)
         per_record = self._per_record(partition, covers, folded)
         self.folded_total[partition] = self._folded_now(partition, folded)
-        everywhere = self._everywhere(partition, 0)
+        everywhere = self._everywhere()
         self.round_covers[partition] = covers
         self.round_everywhere[partition] = everywhere
         for cohort in self._in_memory(partition):
@@ -362,7 +362,7 @@ class SnapshotStore:
             return 0
         now = time.monotonic()
         quiet = self._partition_quiet(partition, folded, now)
-        everywhere = self._everywhere(partition, folded)
+        everywhere = self._everywhere(folded)
         looked_at = self._idle_looked_at.setdefault(partition, everywhere)
         if now - max(self._idle_looked.get(partition, 0.0), self.last_round.get(partition, 0.0)) \
                 < min(self.settings.snapshot_interval_s, self.settings.evict_idle_after_s) \
