@@ -68,10 +68,13 @@ class RestingViews:
         if self._store.startswith("rocksdb") and self._data_dir is not None:
             from streams.worker.rocks import open_disk_map
 
-            old = self.rows
-            self.rows = open_disk_map(self._data_dir / "resting-views", "the resting cohorts' views") or {}
-            for cohort, value in list(old.items()):  # kept before start (a takeover at once)
-                self.rows[cohort] = value
+            disk = open_disk_map(self._data_dir / "resting-views", "the resting cohorts' views")
+            if disk is None:  # logged: the rows stay in memory, as with --store memory
+                return
+            # (an empty DiskMap is falsy: ``open_disk_map(...) or {}`` kept every row in memory)
+            for cohort, value in list(self.rows.items()):  # kept before start (a takeover at once)
+                disk[cohort] = value
+            self.rows = disk
 
     def keep(self, cohort: str, lin) -> None:
         """``cohort`` leaves memory: keep what the views show of it."""

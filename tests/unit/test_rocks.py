@@ -73,3 +73,25 @@ def test_a_disk_map_gives_back_what_it_was_given(tmp_path):
     assert m["job"] == value and m.get("other") is None and len(m) == 1 and list(m) == ["job"]
     del m["job"]
     assert len(m) == 0 and "job" not in m
+
+
+def test_the_resting_cohorts_rows_live_on_disk_with_the_rocksdb_store(tmp_path):
+    """The views' rows of every cohort out of memory (a resting cohort's jobs, its incidents with
+    their tainted checkpoints, its plans) are on disk with the default store. They were kept in
+    a dict instead: ``open_disk_map(...) or {}`` took the new, empty, DiskMap for false. A worker
+    that had folded a 1M-event backlog held the rows of 93 cohorts in memory that way (issue 27)."""
+    from streams.worker.resting import RestingViews
+
+    rows = ([{"job_id": "j1", "finished": True}], [{"incident_id": "x", "tainted_checkpoints": ["c1", "c2"]}], [])
+    views = RestingViews("rocksdb://", tmp_path)
+    views.keep_rows("early", rows, (1, 0, 0, 0))  # before start: a takeover at once
+    views.start()
+    assert isinstance(views.rows, DiskMap)
+    views.keep_rows("late", rows, (1, 0, 0, 0))
+    assert views.get("early") == views.get("late") == rows
+    assert sorted(views.rows) == ["early", "late"] and len(views.rows) == 2
+    views.drop("early")
+    assert views.get("early") is None and len(views.rows) == 1 and views.totals() == (1, 0, 0, 0)
+    in_memory = RestingViews("memory://", tmp_path / "m")
+    in_memory.start()
+    assert type(in_memory.rows) is dict
