@@ -7,7 +7,6 @@ unknown or unhashable type."""
 from __future__ import annotations
 
 import dataclasses
-
 from typing import Any
 
 import pytest
