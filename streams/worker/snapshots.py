@@ -193,10 +193,10 @@ class SnapshotStore:
         ``bench/bench_worker_memory.py``'s backlog, four to six cohorts a partition)."""
         referee, per_record = self.referee, self._per_record(partition, covers, folded)
         leaving = staying = 0
-        for cohort, p in referee.partition_of.items():
-            lin = referee.engines.get(cohort)
-            if p != partition or lin is None or self._unchanged(cohort):
+        for cohort in self._in_memory(partition):
+            if self._unchanged(cohort):
                 continue
+            lin = referee.engines[cohort]
             held = lin.state.events_folded
             if (self.settings.evict_settled and self.may_rest(cohort, lin)) \
                     or self._quiet_before(cohort, covers, referee.position.get(cohort), per_record):
